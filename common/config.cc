@@ -1,0 +1,419 @@
+#include "common/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace planc {
+namespace {
+
+struct Pair {
+  std::string key;
+  std::string value;
+};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+std::vector<std::string> split_list(std::string_view s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string_view::npos) comma = s.size();
+    std::string item = trim(s.substr(start, comma - start));
+    if (!item.empty()) out.push_back(item);
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Splits one line into Key=Value pairs the way slurm.conf does: pairs are
+// separated by blanks, a value in double quotes may contain blanks, '#'
+// outside quotes starts a comment.  On a syntax error returns the message.
+std::optional<std::string> tokenize(std::string_view line, std::vector<Pair>* out) {
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+    if (i >= line.size() || line[i] == '#') break;
+    size_t eq = i;
+    while (eq < line.size() && line[eq] != '=' && line[eq] != '#' &&
+           !std::isspace(static_cast<unsigned char>(line[eq])))
+      ++eq;
+    std::string key(line.substr(i, eq - i));
+    if (eq >= line.size() || line[eq] != '=')
+      return "'" + key + "' is not of the form Key=Value";
+    size_t v = eq + 1;
+    std::string value;
+    if (v < line.size() && line[v] == '"') {
+      size_t close = line.find('"', v + 1);
+      if (close == std::string_view::npos) return "key '" + key + "': unterminated quote";
+      value = std::string(line.substr(v + 1, close - v - 1));
+      i = close + 1;
+    } else {
+      size_t end = v;
+      while (end < line.size() && line[end] != '#' &&
+             !std::isspace(static_cast<unsigned char>(line[end])))
+        ++end;
+      value = std::string(line.substr(v, end - v));
+      i = end;
+    }
+    out->push_back({key, value});
+  }
+  return std::nullopt;
+}
+
+class Parser {
+ public:
+  Parser(std::string_view filename) : filename_(filename) {}
+
+  Result<PlancConfig> run(std::string_view text) {
+    size_t lineno = 0, pos = 0;
+    while (pos <= text.size()) {
+      size_t nl = text.find('\n', pos);
+      if (nl == std::string_view::npos) nl = text.size();
+      ++lineno;
+      line_ = lineno;
+      std::string_view line = text.substr(pos, nl - pos);
+      pos = nl + 1;
+      std::vector<Pair> pairs;
+      if (auto err = tokenize(line, &pairs)) return fail(*err);
+      if (pairs.empty()) continue;
+      if (!seen_in_line(pairs)) return Result<PlancConfig>::failure(error_);
+      bool ok = iequals(pairs[0].key, "Tier") ? tier_line(pairs) : global_line(pairs);
+      if (!ok) return Result<PlancConfig>::failure(error_);
+      if (nl == text.size()) break;
+    }
+    // Checks across lines, reported at the line that set the value last.
+    if (auto problem = cfg_.tiers.validate()) {
+      // Blame the tier's own line, or else the last Tier line read.
+      line_ = tier_seen_[tier_index(problem->tier)];
+      if (!line_) line_ = *std::max_element(tier_seen_.begin(), tier_seen_.end());
+      return fail("key '" + problem->key + "': " + problem->message);
+    }
+    for (const auto& [type, price] : cfg_.prices.card_hour) {
+      if (price < cfg_.prices.card_hour_floor) {
+        auto cp = global_seen_.find("cardhourprice");
+        auto fl = global_seen_.find("cardhourpricefloor");
+        line_ = std::max(cp == global_seen_.end() ? 0 : cp->second,
+                         fl == global_seen_.end() ? 0 : fl->second);
+        return fail("key 'CardHourPrice': " + type + " at " + format_micros(price) +
+                    " is below CardHourPriceFloor " + format_micros(cfg_.prices.card_hour_floor));
+      }
+    }
+    return cfg_;
+  }
+
+ private:
+  Result<PlancConfig> fail(const std::string& msg) {
+    set_error(msg);
+    return Result<PlancConfig>::failure(error_);
+  }
+  bool set_error(const std::string& msg) {
+    error_ = std::string(filename_);
+    if (line_) error_ += ":" + std::to_string(line_);
+    error_ += ": " + msg;
+    return false;
+  }
+  bool bad(const Pair& p, const std::string& msg) {
+    return set_error("key '" + p.key + "': " + msg);
+  }
+
+  bool seen_in_line(const std::vector<Pair>& pairs) {
+    for (size_t i = 0; i < pairs.size(); ++i)
+      for (size_t j = i + 1; j < pairs.size(); ++j)
+        if (iequals(pairs[i].key, pairs[j].key))
+          return bad(pairs[j], "given twice on one line");
+    return true;
+  }
+
+  bool uint_value(const Pair& p, uint64_t lo, uint64_t hi, uint32_t* out) {
+    const std::string& v = p.value;
+    if (v.empty() || v.size() > 10 ||
+        v.find_first_not_of("0123456789") != std::string::npos)
+      return bad(p, "'" + v + "' is not a whole number (expected " +
+                        std::to_string(lo) + " to " + std::to_string(hi) + ")");
+    uint64_t n = std::strtoull(v.c_str(), nullptr, 10);
+    if (n < lo || n > hi)
+      return bad(p, v + " is out of range (expected " + std::to_string(lo) + " to " +
+                        std::to_string(hi) + ")");
+    *out = static_cast<uint32_t>(n);
+    return true;
+  }
+
+  bool duration_value(const Pair& p, uint32_t lo, uint32_t hi, uint32_t* out) {
+    auto d = parse_duration(p.value);
+    if (!d)
+      return bad(p, "'" + p.value +
+                        "' is not a duration (use seconds, or a number with s, min, h or d: "
+                        "30, 30s, 5min, 24h, 1d)");
+    if (*d < lo || *d > hi)
+      return bad(p, p.value + " is out of range (expected " + std::to_string(lo) + " to " +
+                        std::to_string(hi) + " seconds)");
+    *out = *d;
+    return true;
+  }
+
+  bool price_value(const Pair& p, Micros* out) {
+    auto m = parse_decimal_micros(p.value);
+    if (!m)
+      return bad(p, "'" + p.value +
+                        "' is not a price (a decimal number such as 20 or 0.05, at most 6 "
+                        "decimals, no currency sign)");
+    *out = *m;
+    return true;
+  }
+
+  bool bool_value(const Pair& p, bool* out) {
+    std::string v = lower(p.value);
+    if (v == "yes" || v == "true" || v == "1") *out = true;
+    else if (v == "no" || v == "false" || v == "0") *out = false;
+    else return bad(p, "'" + p.value + "' is not yes or no");
+    return true;
+  }
+
+  bool global_line(const std::vector<Pair>& pairs) {
+    for (const Pair& p : pairs) {
+      std::string k = lower(p.key);
+      if (!first_time(p)) return false;
+      bool ok = true;
+      if (k == "defaulttier") {
+        const Tier* t = cfg_.tiers.find(p.value);
+        if (!t) return bad(p, "unknown tier '" + p.value + "' (use P0, P1, P2 or P3)");
+        cfg_.default_tier = t->id;
+      } else if (k == "guaranteedcappercent") {
+        ok = uint_value(p, 1, 100, &cfg_.guaranteed_cap_percent);
+      } else if (k == "preemptmaxcount") {
+        ok = uint_value(p, 1, 1000, &cfg_.preempt_max_count);
+      } else if (k == "preemptwindow") {
+        ok = duration_value(p, 1, 366 * 86400, &cfg_.preempt_window_seconds);
+      } else if (k == "starvationthreshold") {
+        ok = duration_value(p, 1, 366 * 86400, &cfg_.starvation_threshold_seconds);
+      } else if (k == "starvationinterval") {
+        ok = duration_value(p, 1, 86400, &cfg_.starvation_interval_seconds);
+      } else if (k == "starvationmaxperinterval") {
+        ok = uint_value(p, 1, 100000, &cfg_.starvation_max_per_interval);
+      } else if (k == "currency") {
+        if (p.value.empty() || p.value.size() > 8 ||
+            p.value.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ") != std::string::npos)
+          return bad(p, "'" + p.value + "' is not a currency code (e.g. CNY, USD)");
+        cfg_.prices.currency = p.value;
+      } else if (k == "cardhourprice") {
+        ok = card_prices(p);
+      } else if (k == "defaultcardhourprice") {
+        ok = price_value(p, &cfg_.prices.default_card_hour);
+      } else if (k == "cardhourpricefloor") {
+        ok = price_value(p, &cfg_.prices.card_hour_floor);
+      } else if (k == "corehourprice") {
+        ok = price_value(p, &cfg_.prices.core_hour);
+      } else if (k == "memgibhourprice") {
+        ok = price_value(p, &cfg_.prices.mem_gib_hour);
+      } else {
+        return bad(p, "unknown key (valid keys: " + std::string(kGlobalKeys) +
+                          "; and Tier lines with " + std::string(kTierKeys) + ")");
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  bool card_prices(const Pair& p) {
+    std::map<std::string, Micros> prices;
+    auto items = split_list(p.value);
+    if (items.empty()) return bad(p, "expected TYPE:PRICE[,TYPE:PRICE...], e.g. h800:20.00");
+    for (const std::string& item : items) {
+      size_t colon = item.find(':');
+      if (colon == std::string::npos || colon == 0)
+        return bad(p, "'" + item + "' is not TYPE:PRICE (e.g. h800:20.00)");
+      auto m = parse_decimal_micros(item.substr(colon + 1));
+      if (!m) return bad(p, "'" + item.substr(colon + 1) + "' in '" + item + "' is not a price");
+      prices[lower(item.substr(0, colon))] = *m;
+    }
+    cfg_.prices.card_hour = std::move(prices);
+    return true;
+  }
+
+  bool tier_line(const std::vector<Pair>& pairs) {
+    auto id = parse_tier_label(pairs[0].value);
+    if (!id) return bad(pairs[0], "'" + pairs[0].value + "' is not a tier (use P0, P1, P2 or P3)");
+    if (tier_seen_[tier_index(*id)])
+      return bad(pairs[0], pairs[0].value + " is described twice (first on line " +
+                               std::to_string(tier_seen_[tier_index(*id)]) + ")");
+    tier_seen_[tier_index(*id)] = line_;
+    Tier& t = cfg_.tiers.mutable_tier(*id);
+    for (size_t i = 1; i < pairs.size(); ++i) {
+      const Pair& p = pairs[i];
+      std::string k = lower(p.key);
+      bool ok = true;
+      if (k == "qos") {
+        if (p.value.empty() || p.value.find_first_of(", \t") != std::string::npos)
+          return bad(p, "'" + p.value + "' is not a QoS name");
+        t.qos = lower(p.value);  // sacctmgr stores QoS names in lower case
+      } else if (k == "product") {
+        t.product = p.value;
+      } else if (k == "aliases") {
+        t.aliases = split_list(p.value);
+      } else if (k == "priority") {
+        ok = uint_value(p, 0, 2147483647u, &t.priority);
+      } else if (k == "preemptible") {
+        ok = bool_value(p, &t.preemptible);
+      } else if (k == "gracetime") {
+        ok = duration_value(p, 0, 3600, &t.grace_seconds);
+      } else if (k == "pricefactor") {
+        ok = price_factor(p, &t);
+      } else if (k == "preempts") {
+        t.preempts = {};
+        if (!iequals(p.value, "none")) {
+          auto items = split_list(p.value);
+          if (items.empty()) return bad(p, "expected a list of tiers (e.g. P2,P3) or none");
+          for (const std::string& item : items) {
+            auto victim = parse_tier_label(item);
+            if (!victim) return bad(p, "'" + item + "' is not a tier (use P0, P1, P2 or P3)");
+            t.preempts[tier_index(*victim)] = true;
+          }
+        }
+      } else {
+        return bad(p, "unknown key on a Tier line (valid: " + std::string(kTierKeys) + ")");
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  // The policy's price ranges (000, section 1): P2 is 30-40% of list,
+  // P3 30-50%; guaranteed tiers are list price or above.
+  bool price_factor(const Pair& p, Tier* t) {
+    auto m = parse_decimal_micros(p.value);
+    if (!m || *m % 1000 != 0)
+      return bad(p, "'" + p.value + "' is not a factor with at most 3 decimals (e.g. 0.35)");
+    uint32_t permille = static_cast<uint32_t>(*m / 1000);
+    uint32_t lo = 1000, hi = 10000;
+    if (t->id == TierId::kP2) lo = 300, hi = 400;
+    if (t->id == TierId::kP3) lo = 300, hi = 500;
+    if (permille < lo || permille > hi)
+      return bad(p, p.value + " is outside the policy's range for " + t->label + " (" +
+                        format_micros(lo * 1000) + " to " + format_micros(hi * 1000) + ")");
+    t->price_permille = permille;
+    return true;
+  }
+
+  bool first_time(const Pair& p) {
+    std::string k = lower(p.key);
+    auto it = global_seen_.find(k);
+    if (it != global_seen_.end())
+      return bad(p, "given twice (first on line " + std::to_string(it->second) + ")");
+    global_seen_[k] = line_;
+    return true;
+  }
+
+  static constexpr const char* kGlobalKeys =
+      "DefaultTier, GuaranteedCapPercent, PreemptMaxCount, PreemptWindow, "
+      "StarvationThreshold, StarvationInterval, StarvationMaxPerInterval, Currency, "
+      "CardHourPrice, DefaultCardHourPrice, CardHourPriceFloor, CoreHourPrice, "
+      "MemGiBHourPrice";
+  static constexpr const char* kTierKeys =
+      "QOS, Product, Aliases, Priority, Preemptible, Preempts, GraceTime, PriceFactor";
+
+  std::string_view filename_;
+  size_t line_ = 0;
+  std::string error_;
+  PlancConfig cfg_;
+  std::map<std::string, size_t> global_seen_;
+  std::array<size_t, kTierCount> tier_seen_{};
+};
+
+}  // namespace
+
+std::optional<Micros> parse_decimal_micros(std::string_view s) {
+  if (s.empty() || s.size() > 24) return std::nullopt;
+  Micros whole = 0, frac = 0;
+  size_t i = 0;
+  int digits = 0;
+  for (; i < s.size() && s[i] != '.'; ++i, ++digits) {
+    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return std::nullopt;
+    whole = whole * 10 + (s[i] - '0');
+    if (whole > 1000000000000LL) return std::nullopt;  // 1e12 units: absurd
+  }
+  if (digits == 0) return std::nullopt;
+  int decimals = 0;
+  if (i < s.size()) {
+    ++i;  // '.'
+    if (i == s.size()) return std::nullopt;
+    for (; i < s.size(); ++i, ++decimals) {
+      if (!std::isdigit(static_cast<unsigned char>(s[i])) || decimals >= 6) return std::nullopt;
+      frac = frac * 10 + (s[i] - '0');
+    }
+  }
+  for (; decimals < 6; ++decimals) frac *= 10;
+  return whole * kMicrosPerUnit + frac;
+}
+
+std::optional<uint32_t> parse_duration(std::string_view s) {
+  size_t i = 0;
+  uint64_t n = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
+    n = n * 10 + static_cast<uint64_t>(s[i] - '0');
+    if (n > 0xffffffffULL) return std::nullopt;
+    ++i;
+  }
+  if (i == 0) return std::nullopt;
+  std::string unit = lower(s.substr(i));
+  uint64_t mult;
+  if (unit.empty() || unit == "s" || unit == "sec") mult = 1;
+  else if (unit == "m" || unit == "min") mult = 60;
+  else if (unit == "h") mult = 3600;
+  else if (unit == "d") mult = 86400;
+  else return std::nullopt;
+  if (n * mult > 0xffffffffULL) return std::nullopt;
+  return static_cast<uint32_t>(n * mult);
+}
+
+std::string format_micros(Micros m) {
+  bool neg = m < 0;
+  if (neg) m = -m;
+  std::string frac = std::to_string(m % kMicrosPerUnit);
+  frac.insert(0, 6 - frac.size(), '0');
+  while (frac.size() > 2 && frac.back() == '0') frac.pop_back();
+  return (neg ? "-" : "") + std::to_string(m / kMicrosPerUnit) + "." + frac;
+}
+
+Result<PlancConfig> parse_config(std::string_view text, std::string_view filename) {
+  return Parser(filename).run(text);
+}
+
+Result<PlancConfig> load_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    int err = errno;
+    return Result<PlancConfig>::failure(
+        path + ": cannot read planc.conf: " + std::strerror(err) +
+        " (install it beside slurm.conf, e.g. from etc/planc.conf.example, or set PLANC_CONF)");
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_config(ss.str(), path);
+}
+
+std::string planc_conf_path(std::string_view slurm_conf_path) {
+  if (const char* env = std::getenv("PLANC_CONF"); env && *env) return env;
+  size_t slash = slurm_conf_path.rfind('/');
+  if (slash == std::string_view::npos) return "planc.conf";
+  return std::string(slurm_conf_path.substr(0, slash + 1)) + "planc.conf";
+}
+
+}  // namespace planc

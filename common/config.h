@@ -1,0 +1,80 @@
+// planc.conf: the Plan C policy numbers Slurm has no notion of.
+//
+// Who may use which tier, and an account's default tier, are NOT here: they
+// come from slurmdbd (the association's QoS list and DefaultQOS), so admins
+// manage access in one place.  planc.conf holds the tier table (names,
+// priorities, grace, price factors, the preemption matrix) and the policy
+// numbers the plugins need.  Syntax follows slurm.conf: Key=Value pairs,
+// '#' comments, case-insensitive keys, values in double quotes may hold
+// spaces.  A line starting with Tier= describes one tier; any other line
+// holds global keys.  Every key has a default from the policy documents, so
+// an empty file is valid; an unknown key or bad value is an error.
+//
+// Errors read "<file>:<line>: key '<Key>': <what is wrong and what to do>".
+// PlancConfig is a plain value; share it as shared_ptr<const PlancConfig>.
+#ifndef PLANC_COMMON_CONFIG_H_
+#define PLANC_COMMON_CONFIG_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "common/tier.h"
+
+namespace planc {
+
+// Prices are fixed-point: 1 currency unit = 1,000,000 micros, so a price of
+// 0.0125 per core-hour is exact.  Bill amounts are rounded to minor units
+// (cents) by the billing code, never held as floating point.
+using Micros = int64_t;
+inline constexpr Micros kMicrosPerUnit = 1000000;
+
+struct Prices {
+  std::string currency = "CNY";
+  // List price per card-hour by GPU type (lower-case, as in gres.conf Type=);
+  // a type not listed uses default_card_hour.  H800 at 20 per card-hour
+  // (policy 000, section 5: floor 10 is "-50%"; 12 is "-40%").
+  std::map<std::string, Micros> card_hour{{"h800", 20 * kMicrosPerUnit}};
+  Micros default_card_hour = 20 * kMicrosPerUnit;
+  Micros card_hour_floor = 10 * kMicrosPerUnit;
+  Micros core_hour = 100000;     // 0.10
+  Micros mem_gib_hour = 10000;   // 0.01
+};
+
+struct PlancConfig {
+  TierTable tiers = TierTable::defaults();
+  // Tier for a job with no --qos whose association has no DefaultQOS.
+  TierId default_tier = TierId::kP3;
+  // P0+P1 together never hold more than this share of the cluster's GPUs.
+  uint32_t guaranteed_cap_percent = 80;
+  // A job preempted this many times within the window is not chosen again.
+  uint32_t preempt_max_count = 3;
+  uint32_t preempt_window_seconds = 24 * 3600;
+  // A P3 job pending longer than this gets one free attempt as P2.
+  uint32_t starvation_threshold_seconds = 30 * 60;
+  uint32_t starvation_interval_seconds = 60;
+  uint32_t starvation_max_per_interval = 10;
+  Prices prices;
+};
+
+// Parses planc.conf text; `filename` only labels error messages.
+Result<PlancConfig> parse_config(std::string_view text, std::string_view filename);
+
+// Reads and parses a file.  A missing or unreadable file is an error.
+Result<PlancConfig> load_config(const std::string& path);
+
+// Where planc.conf lives: $PLANC_CONF when set, else beside slurm.conf.
+std::string planc_conf_path(std::string_view slurm_conf_path);
+
+// "20.00" -> 20000000 micros.  At most 6 decimals, no sign, no exponent.
+std::optional<Micros> parse_decimal_micros(std::string_view s);
+// "30", "30s", "5min", "24h", "1d" -> seconds.
+std::optional<uint32_t> parse_duration(std::string_view s);
+// Micros as a decimal string with at least 2 decimals: 350000 -> "0.35".
+std::string format_micros(Micros m);
+
+}  // namespace planc
+
+#endif  // PLANC_COMMON_CONFIG_H_

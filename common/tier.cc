@@ -1,0 +1,120 @@
+#include "common/tier.h"
+
+#include <cctype>
+
+namespace planc {
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  }
+  return true;
+}
+
+std::optional<TierId> parse_tier_label(std::string_view s) {
+  if (s.size() == 2 && (s[0] == 'P' || s[0] == 'p') && s[1] >= '0' && s[1] <= '3')
+    return static_cast<TierId>(s[1] - '0');
+  return std::nullopt;
+}
+
+TierTable TierTable::defaults() {
+  TierTable t;
+  auto& p0 = t.tiers_[0];
+  p0 = {TierId::kP0, "P0", "Plan A long-term lease", "p0-lease",
+        {"p0", "plan-a-lease", "lease"}, 10000, false, 0, 1000, {}};
+  p0.preempts = {false, false, true, true};
+  auto& p1 = t.tiers_[1];
+  p1 = {TierId::kP1, "P1", "Plan B guaranteed API and internal critical services",
+        "p1-guaranteed", {"p1", "plan-b-guaranteed", "guaranteed"}, 10000, false, 0,
+        1000, {}};
+  p1.preempts = {false, false, true, true};
+  auto& p2 = t.tiers_[2];
+  p2 = {TierId::kP2, "P2", "Plan A spot instances and elastic training", "p2-spot",
+        {"p2", "plan-a-spot", "elastic"}, 5000, true, 30, 350, {}};
+  p2.preempts = {false, false, false, true};
+  auto& p3 = t.tiers_[3];
+  p3 = {TierId::kP3, "P3", "Plan B spot API and batch", "p3-spot",
+        {"p3", "plan-b-spot", "batch"}, 1000, true, 0, 400, {}};
+  return t;
+}
+
+const Tier* TierTable::find(std::string_view name) const {
+  for (const Tier& t : tiers_) {
+    if (iequals(name, t.qos) || iequals(name, t.label)) return &t;
+    for (const std::string& a : t.aliases)
+      if (iequals(name, a)) return &t;
+  }
+  return nullptr;
+}
+
+const Tier* TierTable::find_by_qos(std::string_view qos) const {
+  for (const Tier& t : tiers_)
+    if (iequals(qos, t.qos)) return &t;
+  return nullptr;
+}
+
+std::optional<TierTable::Problem> TierTable::validate() const {
+  // Every name must lead to exactly one tier, or --qos would be ambiguous.
+  struct Name {
+    std::string_view name;
+    const Tier* tier;
+    const char* key;  // where the name comes from
+  };
+  std::vector<Name> names;
+  for (const Tier& t : tiers_) {
+    if (t.qos.empty()) return Problem{t.id, "QOS", t.label + " has an empty QOS name"};
+    names.push_back({t.qos, &t, "QOS"});
+    names.push_back({t.label, &t, "Tier"});
+    for (const std::string& a : t.aliases) names.push_back({a, &t, "Aliases"});
+  }
+  for (size_t i = 0; i < names.size(); ++i)
+    for (size_t j = i + 1; j < names.size(); ++j)
+      if (names[i].tier != names[j].tier && iequals(names[i].name, names[j].name))
+        return Problem{names[j].tier->id, names[j].key,
+                       "the name '" + std::string(names[i].name) + "' is used by both " +
+                           names[i].tier->label + " and " + names[j].tier->label};
+
+  // Single-edge problems first, so the message names the real mistake.
+  for (const Tier& a : tiers_) {
+    for (const Tier& b : tiers_) {
+      if (!a.preempts[tier_index(b.id)]) continue;
+      if (a.id == b.id)
+        return Problem{a.id, "Preempts", a.label + " may not preempt its own tier"};
+      if (!b.preemptible)
+        return Problem{a.id, "Preempts",
+                       a.label + " may not preempt " + b.label + ": " + b.label +
+                           " is guaranteed (Preemptible=no)"};
+    }
+  }
+  for (const Tier& a : tiers_)
+    for (const Tier& b : tiers_)
+      if (a.id < b.id && a.preempts[tier_index(b.id)] && b.preempts[tier_index(a.id)])
+        return Problem{b.id, "Preempts",
+                       a.label + " and " + b.label + " may not preempt each other"};
+  if (tiers_[0].priority != tiers_[1].priority)
+    return Problem{TierId::kP1, "Priority",
+                   "P0 and P1 must have the same Priority (the policy weighs them equally)"};
+  return std::nullopt;
+}
+
+std::string TierTable::describe_names() const {
+  std::string out;
+  for (const Tier& t : tiers_) {
+    if (!out.empty()) out += "; ";
+    // Users type lower case; show the label only when no alias spells it.
+    std::string names;
+    bool label_spelled = false;
+    for (const std::string& a : t.aliases) {
+      names += (names.empty() ? "" : ", ") + a;
+      label_spelled = label_spelled || iequals(a, t.label);
+    }
+    if (!label_spelled) names = t.label + (names.empty() ? "" : ", " + names);
+    out += t.qos + " (" + names + ")";
+  }
+  return out;
+}
+
+}  // namespace planc

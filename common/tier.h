@@ -1,0 +1,86 @@
+// The four Plan C tiers and who may preempt whom.
+//
+// The tier set is fixed by the policy (P0..P3); everything about a tier that
+// an admin might tune (its QoS name, aliases, priority, grace, price factor,
+// which tiers it preempts) is data in a TierTable, filled with the policy's
+// defaults and then overridden from planc.conf (see config.h).
+//
+// A TierTable is immutable once built and safe to read from any thread.
+#ifndef PLANC_COMMON_TIER_H_
+#define PLANC_COMMON_TIER_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace planc {
+
+enum class TierId : uint8_t { kP0 = 0, kP1 = 1, kP2 = 2, kP3 = 3 };
+inline constexpr int kTierCount = 4;
+
+inline constexpr int tier_index(TierId t) { return static_cast<int>(t); }
+
+struct Tier {
+  TierId id = TierId::kP0;
+  std::string label;     // "P0".."P3": fixed, used in planc.conf and logs
+  std::string product;   // e.g. "Plan A long-term lease"
+  std::string qos;       // canonical Slurm QoS name, e.g. "p0-lease"
+  std::vector<std::string> aliases;  // other names users may type in --qos
+  uint32_t priority = 0;             // QoS priority
+  bool preemptible = false;          // guaranteed tiers are never preempted
+  uint32_t grace_seconds = 0;        // SIGTERM-to-kill grace when preempted
+  uint32_t price_permille = 1000;    // price factor: 350 means 0.35x list
+  std::array<bool, kTierCount> preempts{};  // preempts[i]: may preempt tier i
+};
+
+class TierTable {
+ public:
+  // The policy's table (000 scheduling policy, section 1).
+  static TierTable defaults();
+
+  const Tier& tier(TierId id) const { return tiers_[tier_index(id)]; }
+  Tier& mutable_tier(TierId id) { return tiers_[tier_index(id)]; }
+  const std::array<Tier, kTierCount>& all() const { return tiers_; }
+
+  // Finds a tier by any name a user or admin may type: its QoS name, its
+  // label (P0) or an alias.  Case-insensitive.  nullptr when nothing matches.
+  const Tier* find(std::string_view name) const;
+
+  // Finds a tier by canonical QoS name only (case-insensitive).
+  const Tier* find_by_qos(std::string_view qos) const;
+
+  // True when a job of `preemptor` may preempt a running job of `preemptee`.
+  bool can_preempt(TierId preemptor, TierId preemptee) const {
+    return tiers_[tier_index(preemptor)].preempts[tier_index(preemptee)];
+  }
+
+  // A consistency problem: which tier and which of its keys, and why.
+  struct Problem {
+    TierId tier;
+    std::string key;  // the planc.conf key to fix: QOS, Aliases, Preempts, Priority
+    std::string message;
+  };
+  // Checks the table's own consistency; returns the first problem found
+  // (names clash, a tier preempts itself or a guaranteed tier, two tiers
+  // preempt each other, P0 and P1 weigh differently).
+  std::optional<Problem> validate() const;
+
+  // "p0-lease (P0, also p0, plan-a-lease), ..." for error messages.
+  std::string describe_names() const;
+
+ private:
+  std::array<Tier, kTierCount> tiers_;
+};
+
+// Parses "P0".."P3" (case-insensitive) into a TierId.
+std::optional<TierId> parse_tier_label(std::string_view s);
+
+// ASCII case-insensitive equality, as Slurm compares QoS names.
+bool iequals(std::string_view a, std::string_view b);
+
+}  // namespace planc
+
+#endif  // PLANC_COMMON_TIER_H_

@@ -1,0 +1,98 @@
+// job_submit/planc: Plan C tiers at submit time.
+//
+// Maps the tier name a user typed in --qos to its canonical QoS, fills in
+// the association's default tier, refuses unknown tiers and tiers the
+// account may not use with a message sbatch prints, and makes preemptible
+// jobs requeueable.  All decisions are in common/submit_policy.*.
+//
+// slurmctld calls job_submit/job_modify with its config, job, node and
+// partition read locks held and serialises them (job_submit.c's context
+// lock); the config is an immutable snapshot loaded by init().
+#include "plugins/slurm_compat.h"
+
+#include <exception>
+#include <memory>
+
+#include "common/submit_policy.h"
+#include "plugins/slurm_adapter.h"
+
+PLANC_EXPORT const char plugin_name[] = "Plan C tiers at submit time";
+PLANC_EXPORT const char plugin_type[] = "job_submit/planc";
+PLANC_EXPORT const uint32_t plugin_version = SLURM_VERSION_NUMBER;
+
+namespace {
+std::shared_ptr<const planc::PlancConfig> g_config;
+
+int refuse(const planc::SubmitDecision& d, char** err_msg) {
+  if (err_msg) *err_msg = xstrdup(d.message.c_str());
+  debug("%s: refused: %s", plugin_type, d.message.c_str());
+  return ESLURM_INVALID_QOS;
+}
+
+int internal_error(const char* where, const char* what, char** err_msg) {
+  error("%s: internal error in %s: %s", plugin_type, where, what);
+  if (err_msg)
+    *err_msg = xstrdup("job_submit/planc internal error; the job was not changed. "
+                       "Please report it to your administrator (see slurmctld log)");
+  return SLURM_ERROR;
+}
+}  // namespace
+
+PLANC_EXPORT int init(void) {
+  try {
+    g_config = planc::slurm::load_plugin_config(plugin_type);
+    return g_config ? SLURM_SUCCESS : SLURM_ERROR;
+  } catch (const std::exception& e) {
+    error("%s: init failed: %s", plugin_type, e.what());
+    return SLURM_ERROR;
+  }
+}
+
+PLANC_EXPORT int fini(void) {
+  g_config.reset();
+  return SLURM_SUCCESS;
+}
+
+PLANC_EXPORT int job_submit(job_desc_msg_t* job_desc, uint32_t submit_uid, char** err_msg) {
+  (void)submit_uid;  // the job's owner (job_desc->user_id) decides entitlement
+  try {
+    const planc::PlancConfig& cfg = *g_config;
+    planc::SubmitDecision d =
+        planc::decide_submit(cfg, planc::slurm::submit_request(cfg, job_desc));
+    if (!d.ok()) return refuse(d, err_msg);
+    planc::slurm::apply_decision(d, job_desc);
+    return SLURM_SUCCESS;
+  } catch (const std::exception& e) {
+    return internal_error("job_submit", e.what(), err_msg);
+  } catch (...) {
+    return internal_error("job_submit", "unknown exception", err_msg);
+  }
+}
+
+#if PLANC_JOB_MODIFY_HAS_ERR_MSG
+PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr,
+                            uint32_t submit_uid, char** err_msg) {
+#else
+PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr,
+                            uint32_t submit_uid) {
+  char** err_msg = nullptr;
+#endif
+  try {
+    const planc::PlancConfig& cfg = *g_config;
+    planc::SubmitDecision d = planc::decide_modify(
+        cfg, planc::slurm::modify_request(cfg, job_desc, job_ptr, submit_uid));
+    if (!d.ok()) {
+      // 22.05 cannot pass the text to scontrol; keep it in the log at info
+      // so an admin asked "why was my update refused" can find it.
+      info("%s: update of %pJ by uid %u refused: %s", plugin_type, job_ptr, submit_uid,
+           d.message.c_str());
+      return refuse(d, err_msg);
+    }
+    planc::slurm::apply_decision(d, job_desc);
+    return SLURM_SUCCESS;
+  } catch (const std::exception& e) {
+    return internal_error("job_modify", e.what(), err_msg);
+  } catch (...) {
+    return internal_error("job_modify", "unknown exception", err_msg);
+  }
+}

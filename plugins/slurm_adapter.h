@@ -1,0 +1,35 @@
+// The only code that reads Slurm's job structures and translates them into
+// Plan C core types (common/).  Runs inside slurmctld, under the locks its
+// caller holds; nothing here blocks or takes a lock of its own beyond
+// assoc_mgr's read locks, which slurmctld takes in the same order.
+//
+// Include slurm_compat.h before this header.
+#ifndef PLANC_PLUGINS_SLURM_ADAPTER_H_
+#define PLANC_PLUGINS_SLURM_ADAPTER_H_
+
+#include <memory>
+
+#include "common/config.h"
+#include "common/submit_policy.h"
+
+namespace planc::slurm {
+
+// Loads planc.conf (beside slurm.conf, or $PLANC_CONF).  On failure logs
+// one error line "<plugin_type>: <file>:<line>: key '<Key>': ..." and
+// returns nullptr; the caller fails init().
+std::shared_ptr<const PlancConfig> load_plugin_config(const char* plugin_type);
+
+// Fills a SubmitRequest for a new job from its description and its
+// association in slurmdbd's cache.  Takes assoc_mgr read locks briefly.
+SubmitRequest submit_request(const PlancConfig& cfg, const job_desc_msg_t* desc);
+
+// The same for an update of an existing job.
+SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
+                             const job_record_t* job, uint32_t submit_uid);
+
+// Writes a successful decision into the job description.
+void apply_decision(const SubmitDecision& d, job_desc_msg_t* desc);
+
+}  // namespace planc::slurm
+
+#endif  // PLANC_PLUGINS_SLURM_ADAPTER_H_

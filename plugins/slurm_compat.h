@@ -1,0 +1,40 @@
+// The one place that knows which Slurm release Plan C is built against.
+//
+// Every plugin includes Slurm's internal headers through this file, inside
+// extern "C".  Differences between releases (entry point signatures, struct
+// fields) are expressed here as macros and small inline helpers, so a port
+// to a later Slurm touches this file and the adapter, never policy code.
+// Built and tested against Debian bookworm's Slurm 22.05.8.
+#ifndef PLANC_PLUGINS_SLURM_COMPAT_H_
+#define PLANC_PLUGINS_SLURM_COMPAT_H_
+
+extern "C" {
+#include "config.h"  // Slurm's own, from its configured source tree
+#include "slurm/slurm.h"
+#include "slurm/slurm_errno.h"
+#include "src/common/slurm_xlator.h"
+#include "src/common/assoc_mgr.h"
+#include "src/common/log.h"
+#include "src/common/xmalloc.h"
+#include "src/common/xstring.h"
+#include "src/slurmctld/slurmctld.h"
+}
+
+#if SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(22, 5, 0)
+#error "Plan C needs Slurm 22.05 or later"
+#endif
+
+// 23.02 added `char **err_msg` to job_submit's job_modify().  In 22.05 an
+// update can only be refused with an error code, whose text scontrol prints.
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(23, 2, 0)
+#define PLANC_JOB_MODIFY_HAS_ERR_MSG 1
+#else
+#define PLANC_JOB_MODIFY_HAS_ERR_MSG 0
+#endif
+
+// Exported plugin symbols.  A namespace-scope const has internal linkage in
+// C++ even inside extern "C" {}, so each one is declared extern "C" itself
+// and made visible despite -fvisibility=hidden.
+#define PLANC_EXPORT extern "C" __attribute__((visibility("default")))
+
+#endif  // PLANC_PLUGINS_SLURM_COMPAT_H_

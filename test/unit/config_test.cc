@@ -1,0 +1,207 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "common/config.h"
+
+namespace planc {
+namespace {
+
+TEST(ConfigTest, EmptyFileGivesPolicyDefaults) {
+  auto r = parse_config("", "planc.conf");
+  ASSERT_TRUE(r.ok()) << r.error();
+  const PlancConfig& c = r.value();
+  EXPECT_EQ(c.default_tier, TierId::kP3);
+  EXPECT_EQ(c.guaranteed_cap_percent, 80u);
+  EXPECT_EQ(c.preempt_max_count, 3u);
+  EXPECT_EQ(c.preempt_window_seconds, 86400u);
+  EXPECT_EQ(c.starvation_threshold_seconds, 1800u);
+  EXPECT_EQ(c.prices.card_hour.at("h800"), 20 * kMicrosPerUnit);
+  EXPECT_EQ(c.prices.card_hour_floor, 10 * kMicrosPerUnit);
+  EXPECT_EQ(c.tiers.tier(TierId::kP2).grace_seconds, 30u);
+}
+
+TEST(ConfigTest, ExampleFileParsesToDefaults) {
+  auto r = load_config(PLANC_SRCDIR "/etc/planc.conf.example");
+  ASSERT_TRUE(r.ok()) << r.error();
+  auto d = parse_config("", "x").value();
+  const PlancConfig& c = r.value();
+  for (int i = 0; i < kTierCount; ++i) {
+    const Tier& a = c.tiers.all()[i];
+    const Tier& b = d.tiers.all()[i];
+    EXPECT_EQ(a.qos, b.qos);
+    EXPECT_EQ(a.aliases, b.aliases);
+    EXPECT_EQ(a.priority, b.priority);
+    EXPECT_EQ(a.preemptible, b.preemptible);
+    EXPECT_EQ(a.preempts, b.preempts);
+    EXPECT_EQ(a.grace_seconds, b.grace_seconds);
+    EXPECT_EQ(a.price_permille, b.price_permille);
+    EXPECT_EQ(a.product, b.product);
+  }
+  EXPECT_EQ(c.default_tier, d.default_tier);
+  EXPECT_EQ(c.prices.card_hour, d.prices.card_hour);
+}
+
+// Valid inputs and what they set.
+TEST(ConfigTest, ParsesValues) {
+  struct Case {
+    const char* text;
+    bool (*check)(const PlancConfig&);
+  };
+  const Case cases[] = {
+      {"defaulttier=p2", [](const PlancConfig& c) { return c.default_tier == TierId::kP2; }},
+      {"DefaultTier=plan-a-lease", [](const PlancConfig& c) { return c.default_tier == TierId::kP0; }},
+      {"GUARANTEEDCAPPERCENT=75  # comment",
+       [](const PlancConfig& c) { return c.guaranteed_cap_percent == 75; }},
+      {"PreemptWindow=90s", [](const PlancConfig& c) { return c.preempt_window_seconds == 90; }},
+      {"PreemptWindow=2h", [](const PlancConfig& c) { return c.preempt_window_seconds == 7200; }},
+      {"PreemptWindow=1d", [](const PlancConfig& c) { return c.preempt_window_seconds == 86400; }},
+      {"StarvationThreshold=5min",
+       [](const PlancConfig& c) { return c.starvation_threshold_seconds == 300; }},
+      {"StarvationThreshold=7",
+       [](const PlancConfig& c) { return c.starvation_threshold_seconds == 7; }},
+      {"CoreHourPrice=0.0125", [](const PlancConfig& c) { return c.prices.core_hour == 12500; }},
+      {"CardHourPrice=H800:25,a100:12.5",
+       [](const PlancConfig& c) {
+         return c.prices.card_hour.at("h800") == 25 * kMicrosPerUnit &&
+                c.prices.card_hour.at("a100") == 12500000 && c.prices.card_hour.size() == 2;
+       }},
+      {"Tier=P2 GraceTime=45 PriceFactor=0.3",
+       [](const PlancConfig& c) {
+         const Tier& t = c.tiers.tier(TierId::kP2);
+         return t.grace_seconds == 45 && t.price_permille == 300 && t.qos == "p2-spot";
+       }},
+      {"Tier=P3 QOS=Spot-Batch Aliases=sb,cheap Product=\"Batch jobs\"",
+       [](const PlancConfig& c) {
+         const Tier& t = c.tiers.tier(TierId::kP3);
+         return t.qos == "spot-batch" && t.aliases.size() == 2 && t.product == "Batch jobs" &&
+                c.tiers.find("cheap") == &t;
+       }},
+      {"Tier=P2 Preempts=none",
+       [](const PlancConfig& c) { return !c.tiers.can_preempt(TierId::kP2, TierId::kP3); }},
+      // Changing P0 and P1 together over two lines is fine: the equal-weight
+      // rule is checked once the whole file is read.
+      {"Tier=P0 Priority=20000\nTier=P1 Priority=20000",
+       [](const PlancConfig& c) { return c.tiers.tier(TierId::kP1).priority == 20000; }},
+      {"CardHourPriceFloor=30\nCardHourPrice=h800:40",
+       [](const PlancConfig& c) { return c.prices.card_hour_floor == 30 * kMicrosPerUnit; }},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_config(c.text, "planc.conf");
+    ASSERT_TRUE(r.ok()) << c.text << " -> " << r.error();
+    EXPECT_TRUE(c.check(r.value())) << c.text;
+  }
+}
+
+// Every error names file, line and key, and says what is wrong.
+TEST(ConfigTest, Errors) {
+  struct Case {
+    const char* text;
+    const char* expected;  // a prefix of the error, then a part of the rest
+    const char* part;
+  };
+  const Case cases[] = {
+      {"Bogus=1", "f.conf:1: key 'Bogus': unknown key", "valid keys"},
+      {"\n\nGuaranteedCapPercent=0", "f.conf:3: key 'GuaranteedCapPercent': 0 is out of range", "1 to 100"},
+      {"GuaranteedCapPercent=101", "f.conf:1: key 'GuaranteedCapPercent'", "1 to 100"},
+      {"GuaranteedCapPercent=eighty", "f.conf:1: key 'GuaranteedCapPercent'", "not a whole number"},
+      {"GuaranteedCapPercent=-5", "f.conf:1: key 'GuaranteedCapPercent'", "not a whole number"},
+      {"PreemptMaxCount=0", "f.conf:1: key 'PreemptMaxCount'", "out of range"},
+      {"PreemptWindow=soon", "f.conf:1: key 'PreemptWindow'", "not a duration"},
+      {"PreemptWindow=5y", "f.conf:1: key 'PreemptWindow'", "not a duration"},
+      {"PreemptWindow=0", "f.conf:1: key 'PreemptWindow'", "out of range"},
+      {"StarvationThreshold=", "f.conf:1: key 'StarvationThreshold'", "not a duration"},
+      {"StarvationInterval=2d", "f.conf:1: key 'StarvationInterval'", "out of range"},
+      {"StarvationMaxPerInterval=0", "f.conf:1: key 'StarvationMaxPerInterval'", "out of range"},
+      {"DefaultTier=gold", "f.conf:1: key 'DefaultTier': unknown tier 'gold'", "P0, P1, P2 or P3"},
+      {"Currency=yuan", "f.conf:1: key 'Currency'", "currency code"},
+      {"CoreHourPrice=1e3", "f.conf:1: key 'CoreHourPrice'", "not a price"},
+      {"CoreHourPrice=-1", "f.conf:1: key 'CoreHourPrice'", "not a price"},
+      {"MemGiBHourPrice=0.0000001", "f.conf:1: key 'MemGiBHourPrice'", "at most 6"},
+      {"DefaultCardHourPrice=20.", "f.conf:1: key 'DefaultCardHourPrice'", "not a price"},
+      {"CardHourPrice=h800", "f.conf:1: key 'CardHourPrice'", "TYPE:PRICE"},
+      {"CardHourPrice=h800:x", "f.conf:1: key 'CardHourPrice'", "not a price"},
+      {"CardHourPrice=h800:5", "f.conf:1: key 'CardHourPrice': h800 at 5.00", "below CardHourPriceFloor"},
+      {"CardHourPrice=h800:20\nCardHourPriceFloor=25", "f.conf:2: key 'CardHourPrice'", "below"},
+      {"GuaranteedCapPercent=80\nguaranteedcappercent=70", "f.conf:2: key 'guaranteedcappercent'", "given twice (first on line 1)"},
+      {"Tier=P5", "f.conf:1: key 'Tier': 'P5' is not a tier", "P0, P1, P2 or P3"},
+      {"Tier=P2 Colour=red", "f.conf:1: key 'Colour': unknown key on a Tier line", "GraceTime"},
+      {"Tier=P2 GraceTime=30 GraceTime=40", "f.conf:1: key 'GraceTime': given twice on one line", ""},
+      {"Tier=P2\nTier=p2", "f.conf:2: key 'Tier': p2 is described twice (first on line 1)", ""},
+      {"Tier=P2 GraceTime=2h", "f.conf:1: key 'GraceTime'", "0 to 3600"},
+      {"Tier=P2 PriceFactor=0.2", "f.conf:1: key 'PriceFactor': 0.2 is outside the policy's range for P2", "0.30 to 0.40"},
+      {"Tier=P3 PriceFactor=0.55", "f.conf:1: key 'PriceFactor'", "0.30 to 0.50"},
+      {"Tier=P0 PriceFactor=0.5", "f.conf:1: key 'PriceFactor'", "1.00 to 10.00"},
+      {"Tier=P2 PriceFactor=0.3333", "f.conf:1: key 'PriceFactor'", "at most 3 decimals"},
+      {"Tier=P2 Preemptible=maybe", "f.conf:1: key 'Preemptible'", "yes or no"},
+      {"Tier=P2 Preempts=P9", "f.conf:1: key 'Preempts': 'P9' is not a tier", ""},
+      {"Tier=P2 Preempts=", "f.conf:1: key 'Preempts'", "list of tiers"},
+      {"Tier=P2 Preempts=P2", "f.conf:1: key 'Preempts': P2 may not preempt its own tier", ""},
+      {"\nTier=P2 Preempts=P1", "f.conf:2: key 'Preempts': P2 may not preempt P1", "guaranteed"},
+      {"Tier=P3 Preempts=P2", "f.conf:1: key 'Preempts': P2 and P3 may not preempt each other", ""},
+      {"Tier=P1 Priority=1", "f.conf:1: key 'Priority'", "same Priority"},
+      {"Tier=P3 Aliases=lease", "f.conf:1: key 'Aliases': the name 'lease'", "used by both P0 and P3"},
+      {"Tier=P3 QOS=p2-spot", "f.conf:1: key 'QOS'", "used by both P2 and P3"},
+      {"Tier=P3 QOS=a,b", "f.conf:1: key 'QOS'", "not a QoS name"},
+      {"Tier=P3 Product=\"unterminated", "f.conf:1: key 'Product': unterminated quote", ""},
+      {"JustAWord", "f.conf:1: 'JustAWord' is not of the form Key=Value", ""},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_config(c.text, "f.conf");
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_EQ(r.error().rfind(c.expected, 0), 0u) << c.text << "\n  got: " << r.error();
+    EXPECT_NE(r.error().find(c.part), std::string::npos) << c.text << "\n  got: " << r.error();
+  }
+}
+
+TEST(ConfigTest, MissingFileIsAnError) {
+  auto r = load_config("/nonexistent/planc.conf");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().rfind("/nonexistent/planc.conf: cannot read planc.conf: No such file", 0), 0u)
+      << r.error();
+}
+
+TEST(ConfigTest, ErrorNamesTheRealFile) {
+  std::string path = ::testing::TempDir() + "/planc_bad.conf";
+  {
+    std::ofstream out(path);
+    out << "# ok\nPreemptMaxCount=3\nTier=P2 GraceTime=forever\n";
+  }
+  auto r = load_config(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().rfind(path + ":3: key 'GraceTime'", 0), 0u) << r.error();
+  std::remove(path.c_str());
+}
+
+TEST(ConfigTest, ConfPathBesideSlurmConf) {
+  unsetenv("PLANC_CONF");
+  EXPECT_EQ(planc_conf_path("/etc/slurm/slurm.conf"), "/etc/slurm/planc.conf");
+  setenv("PLANC_CONF", "/opt/p.conf", 1);
+  EXPECT_EQ(planc_conf_path("/etc/slurm/slurm.conf"), "/opt/p.conf");
+  unsetenv("PLANC_CONF");
+}
+
+TEST(ConfigTest, Decimals) {
+  struct Case {
+    const char* in;
+    int64_t micros;  // -1: rejected
+  };
+  const Case cases[] = {{"0", 0},          {"20", 20000000}, {"20.00", 20000000},
+                        {"0.35", 350000},  {"0.000001", 1},  {"0.0000001", -1},
+                        {".5", -1},        {"5.", -1},       {"", -1},
+                        {"1,5", -1},       {"+1", -1},       {"99999999999999", -1}};
+  for (const Case& c : cases) {
+    auto m = parse_decimal_micros(c.in);
+    if (c.micros < 0)
+      EXPECT_FALSE(m.has_value()) << c.in;
+    else
+      EXPECT_EQ(m.value_or(-1), c.micros) << c.in;
+  }
+  EXPECT_EQ(format_micros(350000), "0.35");
+  EXPECT_EQ(format_micros(20000000), "20.00");
+  EXPECT_EQ(format_micros(12500), "0.0125");
+}
+
+}  // namespace
+}  // namespace planc

@@ -1,0 +1,132 @@
+#include <gtest/gtest.h>
+
+#include "common/submit_policy.h"
+
+namespace planc {
+namespace {
+
+const PlancConfig& cfg() {
+  static const PlancConfig c = parse_config("", "planc.conf").value();
+  return c;
+}
+
+SubmitRequest assoc(std::vector<std::string> allowed, std::string def = "") {
+  SubmitRequest r;
+  r.assoc_known = true;
+  r.account = "acme";
+  r.allowed_qos = std::move(allowed);
+  r.assoc_default_qos = std::move(def);
+  return r;
+}
+
+TEST(SubmitPolicyTest, Table) {
+  const std::vector<std::string> spot = {"p2-spot", "p3-spot", "normal"};
+  const std::vector<std::string> all = {"p0-lease", "p1-guaranteed", "p2-spot", "p3-spot"};
+  struct Case {
+    const char* what;
+    std::string typed;
+    std::vector<std::string> allowed;
+    std::string def;
+    Requeue requeue;
+    bool known;
+    SubmitError error;
+    std::string qos;
+    bool set_requeue;
+  };
+  const Case cases[] = {
+      {"alias maps to canonical", "plan-a-spot", spot, "", Requeue::kUnset, true,
+       SubmitError::kNone, "p2-spot", true},
+      {"p2 maps", "p2", spot, "", Requeue::kUnset, true, SubmitError::kNone, "p2-spot", true},
+      {"case-insensitive", "PLAN-B-SPOT", spot, "", Requeue::kUnset, true, SubmitError::kNone,
+       "p3-spot", true},
+      {"canonical unchanged", "p3-spot", spot, "", Requeue::kUnset, true, SubmitError::kNone,
+       "p3-spot", true},
+      {"--no-requeue kept", "p2", spot, "", Requeue::kNo, true, SubmitError::kNone, "p2-spot",
+       false},
+      {"--requeue kept", "p2", spot, "", Requeue::kYes, true, SubmitError::kNone, "p2-spot",
+       false},
+      {"guaranteed tier not made requeueable", "lease", all, "", Requeue::kUnset, true,
+       SubmitError::kNone, "p0-lease", false},
+      {"no qos: association default", "", all, "p1-guaranteed", Requeue::kUnset, true,
+       SubmitError::kNone, "p1-guaranteed", false},
+      {"no qos, default not a tier: planc default", "", spot, "normal", Requeue::kUnset, true,
+       SubmitError::kNone, "p3-spot", true},
+      {"no qos, no default: planc default", "", spot, "", Requeue::kUnset, true,
+       SubmitError::kNone, "p3-spot", true},
+      {"no qos, planc default not entitled", "", {"p0-lease"}, "", Requeue::kUnset, true,
+       SubmitError::kNotEntitled, "", false},
+      {"unknown tier", "gold", all, "", Requeue::kUnset, true, SubmitError::kUnknownTier, "",
+       false},
+      {"non-tier QoS is unknown", "normal", spot, "", Requeue::kUnset, true,
+       SubmitError::kUnknownTier, "", false},
+      {"unentitled tier", "p0", spot, "", Requeue::kUnset, true, SubmitError::kNotEntitled, "",
+       false},
+      {"no association: names mapped, Slurm decides", "p0", {}, "", Requeue::kUnset, false,
+       SubmitError::kNone, "p0-lease", false},
+  };
+  for (const Case& c : cases) {
+    SubmitRequest r = assoc(c.allowed, c.def);
+    r.requested_qos = c.typed;
+    r.requeue = c.requeue;
+    r.assoc_known = c.known;
+    SubmitDecision d = decide_submit(cfg(), r);
+    EXPECT_EQ(d.error, c.error) << c.what << ": " << d.message;
+    if (c.error == SubmitError::kNone) {
+      EXPECT_EQ(d.qos, c.qos) << c.what;
+      EXPECT_EQ(d.qos_changed, c.qos != c.typed) << c.what;
+    }
+    EXPECT_EQ(d.set_requeue, c.set_requeue) << c.what;
+  }
+}
+
+TEST(SubmitPolicyTest, UnknownTierMessageListsValidNames) {
+  SubmitRequest r = assoc({"p3-spot"});
+  r.requested_qos = "gold";
+  SubmitDecision d = decide_submit(cfg(), r);
+  EXPECT_EQ(d.message,
+            "unknown tier 'gold' in --qos. Valid tiers: p0-lease (p0, plan-a-lease, lease); "
+            "p1-guaranteed (p1, plan-b-guaranteed, guaranteed); p2-spot (p2, plan-a-spot, "
+            "elastic); p3-spot (p3, plan-b-spot, batch)");
+}
+
+TEST(SubmitPolicyTest, NotEntitledMessageNamesTierAndUsableTiers) {
+  SubmitRequest r = assoc({"p2-spot", "p3-spot", "normal"});
+  r.requested_qos = "plan-a-lease";
+  SubmitDecision d = decide_submit(cfg(), r);
+  EXPECT_EQ(d.message,
+            "tier P0 (p0-lease, Plan A long-term lease) is not available to account acme. "
+            "account acme may use: p2-spot (P2), p3-spot (P3). Submit with --qos=<one of "
+            "those>, or ask your account coordinator for access.");
+  r.allowed_qos = {"normal"};
+  d = decide_submit(cfg(), r);
+  EXPECT_NE(d.message.find("may use no Plan C tier"), std::string::npos) << d.message;
+}
+
+TEST(SubmitPolicyTest, Modify) {
+  struct Case {
+    const char* what;
+    std::string typed;
+    bool privileged;
+    SubmitError error;
+    std::string qos;
+  };
+  const Case cases[] = {
+      {"no qos change", "", false, SubmitError::kNone, ""},
+      {"into entitled tier via alias", "p3", false, SubmitError::kNone, "p3-spot"},
+      {"into unentitled tier", "p0", false, SubmitError::kNotEntitled, ""},
+      {"operator may", "p0", true, SubmitError::kNone, "p0-lease"},
+      {"unknown even for operator", "gold", true, SubmitError::kUnknownTier, ""},
+  };
+  for (const Case& c : cases) {
+    SubmitRequest r = assoc({"p2-spot", "p3-spot"});
+    r.requested_qos = c.typed;
+    r.privileged = c.privileged;
+    SubmitDecision d = decide_modify(cfg(), r);
+    EXPECT_EQ(d.error, c.error) << c.what;
+    if (d.ok()) EXPECT_EQ(d.qos, c.qos) << c.what;
+    EXPECT_FALSE(d.set_requeue) << c.what;
+  }
+}
+
+}  // namespace
+}  // namespace planc

@@ -1,0 +1,78 @@
+// planc-conf: check planc.conf and turn its tier table into Slurm QoS.
+//
+//   planc-conf check FILE      parse FILE; print the tier table or the error
+//   planc-conf sacctmgr FILE   print sacctmgr arguments, one command a line,
+//                              that create or update the four tier QoS:
+//                              sed 's/^/sacctmgr -i /' | sh, or see
+//                              test/cluster/planc-cluster
+// Exit status: 0 ok, 1 bad config, 2 usage.
+#include <cstdio>
+#include <string>
+
+#include "common/config.h"
+
+namespace {
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: planc-conf check FILE\n"
+               "       planc-conf sacctmgr FILE\n");
+  return 2;
+}
+
+std::string preempt_list(const planc::PlancConfig& cfg, const planc::Tier& t) {
+  std::string out;
+  for (const planc::Tier& v : cfg.tiers.all()) {
+    if (!t.preempts[planc::tier_index(v.id)]) continue;
+    if (!out.empty()) out += ",";
+    out += v.qos;
+  }
+  return out;
+}
+
+std::string factor(uint32_t permille) {
+  return planc::format_micros(static_cast<planc::Micros>(permille) * 1000);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) return usage();
+  std::string cmd = argv[1];
+  if (cmd != "check" && cmd != "sacctmgr") return usage();
+  auto r = planc::load_config(argv[2]);
+  if (!r.ok()) {
+    std::fprintf(stderr, "planc-conf: %s\n", r.error().c_str());
+    return 1;
+  }
+  const planc::PlancConfig& cfg = r.value();
+  if (cmd == "check") {
+    std::printf("%s: OK\n", argv[2]);
+    std::printf("%-4s %-16s %-9s %-5s %-11s %-6s %-9s %s\n", "TIER", "QOS", "PRIORITY", "GRACE",
+                "PREEMPTIBLE", "PRICE", "PREEMPTS", "ALIASES");
+    for (const planc::Tier& t : cfg.tiers.all()) {
+      std::string aliases;
+      for (const auto& a : t.aliases) aliases += (aliases.empty() ? "" : ",") + a;
+      std::string pl = preempt_list(cfg, t);
+      std::printf("%-4s %-16s %-9u %-5u %-11s %-6s %-9s %s\n", t.label.c_str(), t.qos.c_str(),
+                  t.priority, t.grace_seconds, t.preemptible ? "yes" : "no",
+                  factor(t.price_permille).c_str(), pl.empty() ? "-" : pl.c_str(),
+                  aliases.c_str());
+    }
+    std::printf("DefaultTier=%s GuaranteedCapPercent=%u PreemptMaxCount=%u PreemptWindow=%us\n",
+                cfg.tiers.tier(cfg.default_tier).label.c_str(), cfg.guaranteed_cap_percent,
+                cfg.preempt_max_count, cfg.preempt_window_seconds);
+    return 0;
+  }
+  // Two passes: every QoS must exist before another's Preempt= can name it.
+  for (const planc::Tier& t : cfg.tiers.all()) std::printf("add qos %s\n", t.qos.c_str());
+  for (const planc::Tier& t : cfg.tiers.all()) {
+    std::string pl = preempt_list(cfg, t);
+    std::printf(
+        "modify qos where name=%s set Priority=%u Preempt=%s PreemptMode=%s GraceTime=%u "
+        "UsageFactor=%s\n",
+        t.qos.c_str(), t.priority, pl.empty() ? "''" : pl.c_str(),
+        t.preemptible ? "requeue" : "off", t.grace_seconds, factor(t.price_permille).c_str());
+  }
+  return 0;
+}
