@@ -66,13 +66,16 @@ int main(int argc, char** argv) {
   }
   // Two passes: every QoS must exist before another's Preempt= can name it.
   for (const planc::Tier& t : cfg.tiers.all()) std::printf("add qos %s\n", t.qos.c_str());
+  // An empty Preempt= is not printed: in 22.05 sacctmgr refuses Preempt=''
+  // and slurmdbd turns an empty list into QoS id 0 (as_mysql_qos.c).  A
+  // relation removed from planc.conf must be removed with Preempt-=NAME.
   for (const planc::Tier& t : cfg.tiers.all()) {
     std::string pl = preempt_list(cfg, t);
-    std::printf(
-        "modify qos where name=%s set Priority=%u Preempt=%s PreemptMode=%s GraceTime=%u "
-        "UsageFactor=%s\n",
-        t.qos.c_str(), t.priority, pl.empty() ? "''" : pl.c_str(),
-        t.preemptible ? "requeue" : "off", t.grace_seconds, factor(t.price_permille).c_str());
+    std::printf("modify qos where name=%s set Priority=%u%s%s PreemptMode=%s GraceTime=%u "
+                "UsageFactor=%s\n",
+                t.qos.c_str(), t.priority, pl.empty() ? "" : " Preempt=", pl.c_str(),
+                t.preemptible ? "requeue" : "cluster", t.grace_seconds,
+                factor(t.price_permille).c_str());
   }
   return 0;
 }
