@@ -87,6 +87,11 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
   return req;
 }
 
+const Tier* job_tier(const PlancConfig& cfg, const job_record_t* job) {
+  if (!job || !job->qos_ptr || !job->qos_ptr->name) return nullptr;
+  return cfg.tiers.find_by_qos(job->qos_ptr->name);
+}
+
 void apply_decision(const SubmitDecision& d, job_desc_msg_t* desc) {
   if (d.qos_changed) {
     xfree(desc->qos);

@@ -27,6 +27,10 @@ SubmitRequest submit_request(const PlancConfig& cfg, const job_desc_msg_t* desc)
 SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
                              const job_record_t* job, uint32_t submit_uid);
 
+// The tier of a job, from its QoS record; nullptr when the job's QoS is not
+// a tier.  No allocation: safe on the preemption hot path.
+const Tier* job_tier(const PlancConfig& cfg, const job_record_t* job);
+
 // Writes a successful decision into the job description.
 void apply_decision(const SubmitDecision& d, job_desc_msg_t* desc);
 

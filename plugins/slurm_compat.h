@@ -18,6 +18,9 @@ extern "C" {
 #include "src/common/xmalloc.h"
 #include "src/common/xstring.h"
 #include "src/slurmctld/slurmctld.h"
+#include "src/slurmctld/locks.h"
+#include "src/slurmctld/job_scheduler.h"
+#include "src/slurmctld/preempt.h"
 }
 
 #if SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(22, 5, 0)

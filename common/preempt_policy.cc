@@ -1,0 +1,202 @@
+#include "common/preempt_policy.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace planc {
+namespace {
+
+constexpr std::string_view kHeader = "planc-preempt-state v1";
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+bool parse_u64(std::string_view s, uint64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    uint64_t next = v * 10 + static_cast<uint64_t>(c - '0');
+    if (next / 10 != v) return false;
+    v = next;
+  }
+  *out = v;
+  return true;
+}
+
+std::vector<std::string_view> words(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    size_t j = i;
+    while (j < line.size() && line[j] != ' ') ++j;
+    if (j > i) out.push_back(line.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace
+
+void PreemptLedger::record(uint32_t job_id, time_t now) { history_[job_id].push_back(now); }
+
+uint32_t PreemptLedger::count_in_window(uint32_t job_id, time_t now) const {
+  auto it = history_.find(job_id);
+  if (it == history_.end()) return 0;
+  uint32_t n = 0;
+  for (time_t t : it->second)
+    if (in_window(t, now)) ++n;
+  return n;
+}
+
+time_t PreemptLedger::capped_until(uint32_t job_id, time_t now) const {
+  if (!capped(job_id, now)) return 0;
+  // The cap lifts when fewer than max_count remain in the window: when the
+  // (count - max + 1)-th oldest counted preemption leaves it.
+  std::vector<time_t> counted;
+  for (time_t t : history_.at(job_id))
+    if (in_window(t, now)) counted.push_back(t);
+  std::sort(counted.begin(), counted.end());
+  return counted[counted.size() - max_count_] + window_;
+}
+
+void PreemptLedger::prune(time_t now) {
+  for (auto it = history_.begin(); it != history_.end();) {
+    auto& v = it->second;
+    v.erase(std::remove_if(v.begin(), v.end(), [&](time_t t) { return !in_window(t, now); }),
+            v.end());
+    it = v.empty() ? history_.erase(it) : std::next(it);
+  }
+}
+
+std::vector<uint32_t> PreemptLedger::job_ids() const {
+  std::vector<uint32_t> ids;
+  ids.reserve(history_.size());
+  for (const auto& [id, _] : history_) ids.push_back(id);
+  return ids;
+}
+
+std::string PreemptLedger::serialize() const {
+  std::string body;
+  for (const auto& [id, times] : history_) {
+    if (times.empty()) continue;
+    body += std::to_string(id);
+    for (time_t t : times) body += " " + std::to_string(static_cast<int64_t>(t));
+    body += "\n";
+  }
+  size_t jobs = 0;
+  for (const auto& [id, times] : history_) jobs += !times.empty();
+  char trailer[96];
+  std::snprintf(trailer, sizeof(trailer), "end %zu %016llx\n", jobs,
+                static_cast<unsigned long long>(fnv1a(body)));
+  return std::string(kHeader) + "\n" + body + trailer;
+}
+
+Result<PreemptLedger> PreemptLedger::parse(std::string_view text, uint32_t max_count,
+                                           uint32_t window_seconds) {
+  using R = Result<PreemptLedger>;
+  if (text.substr(0, kHeader.size()) != kHeader || text.size() <= kHeader.size() ||
+      text[kHeader.size()] != '\n')
+    return R::failure("not a Plan C preemption state file (bad header)");
+  std::string_view rest = text.substr(kHeader.size() + 1);
+  size_t end_pos = rest.rfind("end ");
+  if (end_pos == std::string_view::npos || (end_pos != 0 && rest[end_pos - 1] != '\n'))
+    return R::failure("truncated (no trailer line)");
+  std::string_view body = rest.substr(0, end_pos);
+  std::string_view trailer = rest.substr(end_pos);
+  if (trailer.empty() || trailer.back() != '\n') return R::failure("truncated trailer");
+  auto tw = words(trailer.substr(0, trailer.size() - 1));
+  uint64_t jobs = 0;
+  if (tw.size() != 3 || !parse_u64(tw[1], &jobs) || tw[2].size() != 16)
+    return R::failure("malformed trailer");
+  char sum[17];
+  std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(fnv1a(body)));
+  if (tw[2] != sum) return R::failure("checksum mismatch (corrupt or partly written)");
+
+  PreemptLedger ledger(max_count, window_seconds);
+  size_t pos = 0, lines = 0;
+  while (pos < body.size()) {
+    size_t nl = body.find('\n', pos);
+    if (nl == std::string_view::npos) return R::failure("line without newline");
+    auto w = words(body.substr(pos, nl - pos));
+    pos = nl + 1;
+    ++lines;
+    uint64_t id = 0;
+    if (w.size() < 2 || !parse_u64(w[0], &id) || id == 0 || id > 0xffffffffULL)
+      return R::failure("bad job line " + std::to_string(lines));
+    auto& times = ledger.history_[static_cast<uint32_t>(id)];
+    if (!times.empty()) return R::failure("job " + std::to_string(id) + " listed twice");
+    for (size_t i = 1; i < w.size(); ++i) {
+      uint64_t t = 0;
+      if (!parse_u64(w[i], &t) || t > 0x7fffffffffffULL)
+        return R::failure("bad time on job line " + std::to_string(lines));
+      times.push_back(static_cast<time_t>(t));
+    }
+  }
+  if (lines != jobs) return R::failure("job count does not match the trailer");
+  return ledger;
+}
+
+uint32_t victim_rank(const VictimFacts& v) {
+  // [31:30] tier class, [29:22] preemptions in window, [21:0] run minutes.
+  uint32_t tier_class;
+  switch (v.tier) {
+    case TierId::kP3: tier_class = 0; break;
+    case TierId::kP2: tier_class = 1; break;
+    default: tier_class = 3; break;  // never preempted; last if ever offered
+  }
+  uint32_t count = std::min<uint32_t>(v.recent_preemptions, 0xff);
+  uint32_t minutes = std::min<uint32_t>(v.run_seconds / 60, 0x3fffff);
+  return (tier_class << 30) | (count << 22) | minutes;
+}
+
+TierId guaranteed_alternative(TierId preempted) {
+  return preempted == TierId::kP2 ? TierId::kP0 : TierId::kP1;
+}
+
+std::string format_duration(uint32_t s) {
+  if (s % 3600 == 0) return std::to_string(s / 3600) + " h";
+  if (s % 60 == 0) return std::to_string(s / 60) + " min";
+  return std::to_string(s) + " s";
+}
+
+std::string format_utc(time_t t) {
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string preemption_note(const PlancConfig& cfg, const PreemptionEvent& e) {
+  const Tier& victim = cfg.tiers.tier(e.victim_tier);
+  std::string s = "planc: preempted at " + format_utc(e.when);
+  if (e.preemptor_job) {
+    const Tier& by = cfg.tiers.tier(e.preemptor_tier);
+    s += " by job " + std::to_string(e.preemptor_job) + " (" + by.label + " " + by.qos + ")";
+  }
+  if (e.grace_seconds)
+    s += "; SIGTERM sent, grace until " + format_utc(e.when + e.grace_seconds) + " (" +
+         std::to_string(e.grace_seconds) + " s to checkpoint)";
+  else
+    s += "; no grace (" + victim.label + ")";
+  s += e.requeue ? "; requeued (auto-restart)" : "; cancelled (job not requeueable)";
+  s += "; preemption " + std::to_string(e.count_in_window) + " of at most " +
+       std::to_string(cfg.preempt_max_count) + " per " +
+       format_duration(cfg.preempt_window_seconds);
+  if (e.victim_tier == TierId::kP3) {
+    const Tier& alt = cfg.tiers.tier(guaranteed_alternative(e.victim_tier));
+    s += ". To avoid preemption retry in a guaranteed tier: --qos=" + alt.qos;
+  }
+  return s;
+}
+
+}  // namespace planc

@@ -1,0 +1,104 @@
+// Plan C preemption policy: who may be chosen as a victim, in which order,
+// with how much grace, and what the victim's owner is told.
+//
+// Pure code: preempt/planc (plugins/preempt_planc.cc) translates Slurm's job
+// records into these types.  PreemptLedger holds the per-job preemption
+// history behind the "at most N preemptions in any window" cap; it is a
+// plain value, not thread-safe: the plugin guards it with its own mutex.
+#ifndef PLANC_COMMON_PREEMPT_POLICY_H_
+#define PLANC_COMMON_PREEMPT_POLICY_H_
+
+#include <cstdint>
+#include <ctime>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/config.h"
+#include "common/result.h"
+
+namespace planc {
+
+// The per-job cap.  A preemption at time t counts while now - t < window:
+// at exactly `window` seconds after it, it has left the window.  A
+// timestamp in the future (the clock went backwards) still counts, so a
+// clock step never frees a job early from the cap, and never makes it
+// count twice.
+class PreemptLedger {
+ public:
+  PreemptLedger(uint32_t max_count, uint32_t window_seconds)
+      : max_count_(max_count), window_(window_seconds) {}
+
+  // Counts one preemption of `job_id` starting at `now`.
+  void record(uint32_t job_id, time_t now);
+  // Preemptions of `job_id` within the window ending at `now`.
+  uint32_t count_in_window(uint32_t job_id, time_t now) const;
+  // True when the job may not be chosen as a victim again yet.
+  bool capped(uint32_t job_id, time_t now) const {
+    return count_in_window(job_id, now) >= max_count_;
+  }
+  // When the oldest counted preemption leaves the window (0: not capped).
+  time_t capped_until(uint32_t job_id, time_t now) const;
+  void forget(uint32_t job_id) { history_.erase(job_id); }
+  // Drops preemptions that have left the window, and jobs left with none.
+  void prune(time_t now);
+
+  std::vector<uint32_t> job_ids() const;
+  size_t size() const { return history_.size(); }
+  bool operator==(const PreemptLedger& o) const { return history_ == o.history_; }
+
+  // A self-checking text form for the state file: a header, one line per
+  // job ("<job id> <unix time>..."), and a trailer with the job count and a
+  // checksum, so a truncated or corrupt file is detected, never half-read.
+  std::string serialize() const;
+  static Result<PreemptLedger> parse(std::string_view text, uint32_t max_count,
+                                     uint32_t window_seconds);
+
+ private:
+  bool in_window(time_t t, time_t now) const { return t > now || now - t < window_; }
+  uint32_t max_count_;
+  uint32_t window_;
+  std::map<uint32_t, std::vector<time_t>> history_;
+};
+
+// What the victim order looks at.
+struct VictimFacts {
+  TierId tier;
+  uint32_t recent_preemptions;  // in the cap's window
+  uint32_t run_seconds;         // since this run started: the work at risk
+};
+
+// Slurm preempts candidates in ascending order of this rank.  The order:
+//   1. tier: P3 before P2 (a lower tier first; guaranteed tiers never);
+//   2. fewer preemptions in the window first (spreads preemption so no
+//      job is hit again and again);
+//   3. shorter current run first (loses the least work).
+uint32_t victim_rank(const VictimFacts& v);
+
+// The guaranteed tier a preempted job's owner can retry in: the same
+// product line's guaranteed tier (Plan A spot P2 -> P0 lease, Plan B spot
+// P3 -> P1 guaranteed).
+TierId guaranteed_alternative(TierId preempted);
+
+// What the owner reads in `scontrol show job` / `sacct -o SystemComment`.
+struct PreemptionEvent {
+  uint32_t victim_job = 0;
+  TierId victim_tier = TierId::kP3;
+  uint32_t preemptor_job = 0;      // 0: unknown
+  TierId preemptor_tier = TierId::kP0;
+  time_t when = 0;
+  uint32_t grace_seconds = 0;
+  bool requeue = false;
+  uint32_t count_in_window = 0;    // including this one
+};
+std::string preemption_note(const PlancConfig& cfg, const PreemptionEvent& e);
+
+// "2026-11-29T23:40:01Z".
+std::string format_utc(time_t t);
+// 86400 -> "24 h", 300 -> "5 min", 45 -> "45 s".
+std::string format_duration(uint32_t seconds);
+
+}  // namespace planc
+
+#endif  // PLANC_COMMON_PREEMPT_POLICY_H_

@@ -1,0 +1,291 @@
+// preempt/planc: the Plan C preemption policy, a drop-in for preempt/qos.
+//
+// Slurm keeps the candidate search and the locks (src/slurmctld/preempt.c);
+// this plugin answers its questions from common/preempt_policy.*:
+//   preemptable   the tier matrix from planc.conf, and the per-job cap
+//                 (at most PreemptMaxCount preemptions in PreemptWindow);
+//   MODE          requeue when the job is requeueable, else cancel;
+//                 guaranteed tiers OFF (never preempted);
+//   PRIO          the victim order (P3 first, fewest recent preemptions,
+//                 shortest current run);
+//   GRACE_TIME    asked exactly once when a preemption starts: the tier's
+//                 grace, and the moment the preemption is counted and the
+//                 owner's note (SystemComment) is written.
+// All entry points run inside slurmctld with its job lock held.  The
+// ledger has its own mutex, always taken after slurmctld's locks and never
+// held across I/O; a background thread writes the state file and forgets
+// jobs that have ended.
+#include "plugins/slurm_compat.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "common/preempt_policy.h"
+#include "plugins/slurm_adapter.h"
+
+PLANC_EXPORT const char plugin_name[] = "Plan C tiered preemption";
+PLANC_EXPORT const char plugin_type[] = "preempt/planc";
+PLANC_EXPORT const uint32_t plugin_version = SLURM_VERSION_NUMBER;
+
+namespace {
+
+using planc::PreemptLedger;
+using planc::Tier;
+using planc::TierId;
+
+std::shared_ptr<const planc::PlancConfig> g_config;
+std::string g_state_path;
+
+std::mutex g_mu;
+std::unique_ptr<PreemptLedger> g_ledger;  // GUARDED_BY(g_mu)
+bool g_dirty = false;                     // GUARDED_BY(g_mu)
+bool g_stop = false;                      // GUARDED_BY(g_mu)
+std::condition_variable g_cv;
+std::thread g_worker;
+
+// The preemptor of the latest preemptable() call.  Slurm asks preemptable()
+// for every candidate of one preemptor and then preempts the chosen ones,
+// all under one hold of the job write lock, so at GRACE_TIME this names the
+// job that caused the preemption.  Only touched under slurmctld's job lock.
+uint32_t g_last_preemptor = 0;
+TierId g_last_preemptor_tier = TierId::kP0;
+
+constexpr const char* kStateFile = "planc_preempt_state";
+
+// Writes the ledger atomically: <file>.new, fsync, rename, fsync the dir.
+bool write_state(const std::string& text) {
+  std::string tmp = g_state_path + ".new";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    error("%s: cannot write %s: %m", plugin_type, tmp.c_str());
+    return false;
+  }
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = write(fd, text.data() + off, text.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error("%s: write %s: %m", plugin_type, tmp.c_str());
+      close(fd);
+      return false;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    error("%s: fsync %s: %m", plugin_type, tmp.c_str());
+    return false;
+  }
+  if (rename(tmp.c_str(), g_state_path.c_str()) != 0) {
+    error("%s: rename %s: %m", plugin_type, tmp.c_str());
+    return false;
+  }
+  std::string dir = g_state_path.substr(0, g_state_path.rfind('/'));
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return true;
+}
+
+std::unique_ptr<PreemptLedger> load_state(const planc::PlancConfig& cfg) {
+  auto fresh = std::make_unique<PreemptLedger>(cfg.preempt_max_count, cfg.preempt_window_seconds);
+  std::ifstream in(g_state_path, std::ios::binary);
+  if (!in) return fresh;  // first start: nothing counted yet
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  auto r = PreemptLedger::parse(ss.str(), cfg.preempt_max_count, cfg.preempt_window_seconds);
+  if (!r.ok()) {
+    error("%s: ignoring %s: %s; starting with no preemptions counted (the per-job cap "
+          "restarts from zero)",
+          plugin_type, g_state_path.c_str(), r.error().c_str());
+    return fresh;
+  }
+  info("%s: %zu job(s) with preemptions counted, from %s", plugin_type, r.value().size(),
+       g_state_path.c_str());
+  return std::make_unique<PreemptLedger>(std::move(r).value());
+}
+
+// Forgets jobs that have ended.  Takes slurmctld's job read lock, then the
+// ledger mutex (the same order as the entry points).
+void forget_ended_jobs() {
+  std::vector<uint32_t> ids;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    g_ledger->prune(time(nullptr));
+    ids = g_ledger->job_ids();
+  }
+  if (ids.empty()) return;
+  std::vector<uint32_t> ended;
+  slurmctld_lock_t job_read = {.job = READ_LOCK};
+  lock_slurmctld(job_read);
+  for (uint32_t id : ids) {
+    job_record_t* job = find_job_record(id);
+    if (!job || IS_JOB_FINISHED(job)) ended.push_back(id);
+  }
+  unlock_slurmctld(job_read);
+  if (ended.empty()) return;
+  std::lock_guard<std::mutex> l(g_mu);
+  for (uint32_t id : ended) g_ledger->forget(id);
+  g_dirty = true;
+}
+
+void worker() {
+  time_t last_sweep = time(nullptr);
+  std::unique_lock<std::mutex> l(g_mu);
+  while (!g_stop) {
+    g_cv.wait_for(l, std::chrono::seconds(5), [] { return g_stop || g_dirty; });
+    if (time(nullptr) - last_sweep >= 60) {
+      l.unlock();
+      forget_ended_jobs();
+      last_sweep = time(nullptr);
+      l.lock();
+    }
+    if (!g_dirty) continue;
+    std::string text = g_ledger->serialize();
+    g_dirty = false;
+    l.unlock();
+    write_state(text);  // outside every lock
+    l.lock();
+  }
+}
+
+uint32_t grace_and_count(job_record_t* job) {
+  const planc::PlancConfig& cfg = *g_config;
+  const Tier* victim = planc::slurm::job_tier(cfg, job);
+  if (!victim) return 0;
+  time_t now = time(nullptr);
+  planc::PreemptionEvent e;
+  e.victim_job = job->job_id;
+  e.victim_tier = victim->id;
+  e.when = now;
+  e.grace_seconds = victim->grace_seconds;
+  e.requeue = job->details && job->details->requeue;
+  if (g_last_preemptor && cfg.tiers.can_preempt(g_last_preemptor_tier, victim->id)) {
+    e.preemptor_job = g_last_preemptor;
+    e.preemptor_tier = g_last_preemptor_tier;
+  }
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    g_ledger->record(job->job_id, now);
+    e.count_in_window = g_ledger->count_in_window(job->job_id, now);
+    g_dirty = true;
+  }
+  g_cv.notify_one();
+  std::string note = planc::preemption_note(cfg, e);
+  xfree(job->system_comment);
+  job->system_comment = xstrdup(note.c_str());
+  info("%s: %pJ (%s) preempted by JobId=%u (%s), grace %u s, %s, preemption %u in window",
+       plugin_type, job, victim->label.c_str(), e.preemptor_job,
+       e.preemptor_job ? cfg.tiers.tier(e.preemptor_tier).label.c_str() : "?",
+       e.grace_seconds, e.requeue ? "requeue" : "cancel", e.count_in_window);
+  return e.grace_seconds;
+}
+
+}  // namespace
+
+PLANC_EXPORT int init(void) {
+  try {
+    g_config = planc::slurm::load_plugin_config(plugin_type);
+    if (!g_config) return SLURM_ERROR;
+    g_state_path = std::string(slurm_conf.state_save_location ? slurm_conf.state_save_location
+                                                              : ".") +
+                   "/" + kStateFile;
+    g_ledger = load_state(*g_config);
+    g_stop = false;
+    g_worker = std::thread(worker);
+    verbose("%s loaded", plugin_type);
+    return SLURM_SUCCESS;
+  } catch (const std::exception& e) {
+    error("%s: init failed: %s", plugin_type, e.what());
+    return SLURM_ERROR;
+  }
+}
+
+PLANC_EXPORT void fini(void) {
+  try {
+    {
+      std::lock_guard<std::mutex> l(g_mu);
+      g_stop = true;
+    }
+    g_cv.notify_one();
+    if (g_worker.joinable()) g_worker.join();
+    if (g_ledger) write_state(g_ledger->serialize());
+  } catch (const std::exception& e) {
+    error("%s: fini: %s", plugin_type, e.what());
+  }
+  g_ledger.reset();
+  g_config.reset();
+}
+
+PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* preemptor) {
+  try {
+    const planc::PlancConfig& cfg = *g_config;
+    const Tier* ee = planc::slurm::job_tier(cfg, preemptee);
+    const Tier* er = planc::slurm::job_tier(cfg, preemptor);
+    if (!ee || !er || !cfg.tiers.can_preempt(er->id, ee->id)) return false;
+    g_last_preemptor = preemptor->job_id;
+    g_last_preemptor_tier = er->id;
+    std::lock_guard<std::mutex> l(g_mu);
+    return !g_ledger->capped(preemptee->job_id, time(nullptr));
+  } catch (...) {
+    return false;  // when in doubt, preempt nothing
+  }
+}
+
+PLANC_EXPORT bool preempt_p_job_preempt_check(job_queue_rec_t* preemptor,
+                                              job_queue_rec_t* preemptee) {
+  return preempt_p_preemptable(preemptee->job_ptr, preemptor->job_ptr);
+}
+
+PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_type_t data_type,
+                                    void* data) {
+  try {
+    const planc::PlancConfig& cfg = *g_config;
+    switch (data_type) {
+      case PREEMPT_DATA_ENABLED:
+        *static_cast<bool*>(data) = slurm_conf.preempt_mode != PREEMPT_MODE_OFF;
+        return SLURM_SUCCESS;
+      case PREEMPT_DATA_MODE: {
+        const Tier* t = planc::slurm::job_tier(cfg, job_ptr);
+        uint16_t mode = PREEMPT_MODE_OFF;
+        if (t && t->preemptible)
+          mode = (job_ptr->details && job_ptr->details->requeue) ? PREEMPT_MODE_REQUEUE
+                                                                 : PREEMPT_MODE_CANCEL;
+        *static_cast<uint16_t*>(data) = mode;
+        return SLURM_SUCCESS;
+      }
+      case PREEMPT_DATA_PRIO: {
+        const Tier* t = planc::slurm::job_tier(cfg, job_ptr);
+        time_t now = time(nullptr);
+        planc::VictimFacts v{t ? t->id : TierId::kP0, 0, 0};
+        if (job_ptr->start_time && now > job_ptr->start_time)
+          v.run_seconds = static_cast<uint32_t>(now - job_ptr->start_time);
+        {
+          std::lock_guard<std::mutex> l(g_mu);
+          v.recent_preemptions = g_ledger->count_in_window(job_ptr->job_id, now);
+        }
+        *static_cast<uint32_t*>(data) = planc::victim_rank(v);
+        return SLURM_SUCCESS;
+      }
+      case PREEMPT_DATA_GRACE_TIME:
+        *static_cast<uint32_t*>(data) = grace_and_count(job_ptr);
+        return SLURM_SUCCESS;
+    }
+    error("%s: unknown preempt data type %d", plugin_type, static_cast<int>(data_type));
+    return SLURM_ERROR;
+  } catch (const std::exception& e) {
+    error("%s: get_data: %s", plugin_type, e.what());
+    return SLURM_ERROR;
+  }
+}

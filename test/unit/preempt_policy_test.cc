@@ -1,0 +1,149 @@
+#include <gtest/gtest.h>
+
+#include "common/preempt_policy.h"
+
+namespace planc {
+namespace {
+
+constexpr time_t kT0 = 1790000000;  // some time in 2026
+constexpr uint32_t kDay = 86400;
+
+TEST(PreemptLedgerTest, WindowEdges) {
+  struct Case {
+    const char* what;
+    std::vector<time_t> preempted_at;
+    time_t now;
+    uint32_t count;
+    bool capped;
+  };
+  const Case cases[] = {
+      {"none", {}, kT0, 0, false},
+      {"two", {kT0, kT0 + 10}, kT0 + 20, 2, false},
+      {"three: capped", {kT0, kT0 + 10, kT0 + 20}, kT0 + 30, 3, true},
+      {"oldest 1 s before leaving", {kT0, kT0 + 10, kT0 + 20}, kT0 + kDay - 1, 3, true},
+      {"oldest exactly 24 h old has left", {kT0, kT0 + 10, kT0 + 20}, kT0 + kDay, 2, false},
+      {"all old", {kT0, kT0 + 10, kT0 + 20}, kT0 + 2 * kDay, 0, false},
+      {"clock went back before all three: still counted",
+       {kT0, kT0 + 10, kT0 + 20}, kT0 - 3600, 3, true},
+      {"clock went back between them", {kT0, kT0 + 10, kT0 + 20}, kT0 + 5, 3, true},
+      {"four, one outside", {kT0 - kDay, kT0, kT0 + 10, kT0 + 20}, kT0 + 30, 3, true},
+  };
+  for (const Case& c : cases) {
+    PreemptLedger l(3, kDay);
+    for (time_t t : c.preempted_at) l.record(7, t);
+    EXPECT_EQ(l.count_in_window(7, c.now), c.count) << c.what;
+    EXPECT_EQ(l.capped(7, c.now), c.capped) << c.what;
+    EXPECT_EQ(l.count_in_window(8, c.now), 0u) << c.what;
+  }
+}
+
+TEST(PreemptLedgerTest, CappedUntilOldestLeavesWindow) {
+  PreemptLedger l(3, kDay);
+  l.record(1, kT0);
+  l.record(1, kT0 + 100);
+  l.record(1, kT0 + 200);
+  EXPECT_EQ(l.capped_until(1, kT0 + 300), kT0 + kDay);
+  EXPECT_FALSE(l.capped(1, kT0 + kDay));
+  l.record(1, kT0 + 300);  // four in the window: the second oldest decides
+  EXPECT_EQ(l.capped_until(1, kT0 + 400), kT0 + 100 + kDay);
+  EXPECT_EQ(l.capped_until(2, kT0), 0);
+}
+
+TEST(PreemptLedgerTest, PruneAndForget) {
+  PreemptLedger l(3, 100);
+  l.record(1, kT0);
+  l.record(2, kT0 + 50);
+  l.prune(kT0 + 100);  // job 1's preemption is exactly 100 s old: gone
+  EXPECT_EQ(l.job_ids(), std::vector<uint32_t>{2});
+  l.forget(2);
+  EXPECT_EQ(l.size(), 0u);
+}
+
+TEST(PreemptLedgerTest, StateRoundTrip) {
+  PreemptLedger l(3, kDay);
+  l.record(42, kT0);
+  l.record(42, kT0 + 5);
+  l.record(4294967295u, kT0 + 9);
+  std::string text = l.serialize();
+  auto r = PreemptLedger::parse(text, 3, kDay);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_TRUE(r.value() == l);
+  EXPECT_EQ(r.value().count_in_window(42, kT0 + 10), 2u);
+  auto empty = PreemptLedger::parse(PreemptLedger(3, kDay).serialize(), 3, kDay);
+  ASSERT_TRUE(empty.ok()) << empty.error();
+  EXPECT_EQ(empty.value().size(), 0u);
+}
+
+TEST(PreemptLedgerTest, CorruptOrTruncatedStateIsRejected) {
+  PreemptLedger l(3, kDay);
+  l.record(42, kT0);
+  l.record(43, kT0 + 5);
+  const std::string good = l.serialize();
+  struct Case {
+    const char* what;
+    std::string text;
+    const char* error_part;
+  };
+  std::string flipped = good;
+  flipped[good.find("43")] = '5';
+  const Case cases[] = {
+      {"empty", "", "bad header"},
+      {"garbage", "hello\n", "bad header"},
+      {"header only", "planc-preempt-state v1\n", "truncated"},
+      {"cut in the body", good.substr(0, good.find("43") + 1), "truncated"},
+      {"cut in the trailer", good.substr(0, good.size() - 3), "truncated"},
+      {"trailer without newline", good.substr(0, good.size() - 1), "truncated"},
+      {"a digit changed", flipped, "checksum"},
+      {"other version", "planc-preempt-state v2\n" + good.substr(good.find('\n') + 1),
+       "bad header"},
+  };
+  for (const Case& c : cases) {
+    auto r = PreemptLedger::parse(c.text, 3, kDay);
+    ASSERT_FALSE(r.ok()) << c.what;
+    EXPECT_NE(r.error().find(c.error_part), std::string::npos) << c.what << ": " << r.error();
+  }
+}
+
+TEST(VictimOrderTest, Table) {
+  // Each row must be preempted before the next one.
+  const VictimFacts order[] = {
+      {TierId::kP3, 0, 0},        {TierId::kP3, 0, 600},     {TierId::kP3, 0, 86400 * 30},
+      {TierId::kP3, 1, 0},        {TierId::kP3, 2, 60},      {TierId::kP3, 255, 0},
+      {TierId::kP3, 1000, 86400 * 365 * 10},
+      {TierId::kP2, 0, 0},        {TierId::kP2, 0, 120},     {TierId::kP2, 1, 0},
+      {TierId::kP2, 2, 7200},     {TierId::kP1, 0, 0},
+  };
+  for (size_t i = 0; i + 1 < std::size(order); ++i)
+    EXPECT_LT(victim_rank(order[i]), victim_rank(order[i + 1])) << "row " << i;
+  // Within the same minute, run time does not separate jobs.
+  EXPECT_EQ(victim_rank({TierId::kP2, 0, 60}), victim_rank({TierId::kP2, 0, 119}));
+}
+
+TEST(PreemptionNoteTest, SaysWhoWhenGraceAndWhatToDo) {
+  PlancConfig cfg = parse_config("", "x").value();
+  PreemptionEvent e;
+  e.victim_job = 10;
+  e.victim_tier = TierId::kP2;
+  e.preemptor_job = 99;
+  e.preemptor_tier = TierId::kP0;
+  e.when = 1800000000;  // 2027-01-15T08:00:00Z
+  e.grace_seconds = 30;
+  e.requeue = true;
+  e.count_in_window = 1;
+  EXPECT_EQ(preemption_note(cfg, e),
+            "planc: preempted at 2027-01-15T08:00:00Z by job 99 (P0 p0-lease); SIGTERM sent, "
+            "grace until 2027-01-15T08:00:30Z (30 s to checkpoint); requeued (auto-restart); "
+            "preemption 1 of at most 3 per 24 h");
+  e.victim_tier = TierId::kP3;
+  e.preemptor_tier = TierId::kP2;
+  e.grace_seconds = 0;
+  e.requeue = false;
+  EXPECT_EQ(preemption_note(cfg, e),
+            "planc: preempted at 2027-01-15T08:00:00Z by job 99 (P2 p2-spot); no grace (P3); "
+            "cancelled (job not requeueable); preemption 1 of at most 3 per 24 h. To avoid "
+            "preemption retry in a guaranteed tier: --qos=p1-guaranteed");
+  EXPECT_EQ(guaranteed_alternative(TierId::kP2), TierId::kP0);
+}
+
+}  // namespace
+}  // namespace planc
