@@ -179,6 +179,16 @@ class Parser {
     return true;
   }
 
+  // A Slurm partition or QoS name: letters, digits, '-', '_', '.'.
+  bool name_value(const Pair& p, std::string* out, bool may_be_empty) {
+    if ((p.value.empty() && !may_be_empty) ||
+        p.value.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                  "0123456789-_.") != std::string::npos)
+      return bad(p, "'" + p.value + "' is not a valid name (letters, digits, - _ .)");
+    *out = p.value;
+    return true;
+  }
+
   bool bool_value(const Pair& p, bool* out) {
     std::string v = lower(p.value);
     if (v == "yes" || v == "true" || v == "1") *out = true;
@@ -198,6 +208,11 @@ class Parser {
         cfg_.default_tier = t->id;
       } else if (k == "guaranteedcappercent") {
         ok = uint_value(p, 1, 100, &cfg_.guaranteed_cap_percent);
+      } else if (k == "guaranteedpartition") {
+        if (!name_value(p, &cfg_.guaranteed_partition, true)) return false;
+      } else if (k == "guaranteedcapqos") {
+        if (!name_value(p, &cfg_.guaranteed_cap_qos, false)) return false;
+        cfg_.guaranteed_cap_qos = lower(cfg_.guaranteed_cap_qos);
       } else if (k == "preemptmaxcount") {
         ok = uint_value(p, 1, 1000, &cfg_.preempt_max_count);
       } else if (k == "preemptwindow") {
@@ -322,7 +337,8 @@ class Parser {
   }
 
   static constexpr const char* kGlobalKeys =
-      "DefaultTier, GuaranteedCapPercent, PreemptMaxCount, PreemptWindow, "
+      "DefaultTier, GuaranteedCapPercent, GuaranteedPartition, GuaranteedCapQOS, "
+      "PreemptMaxCount, PreemptWindow, "
       "StarvationThreshold, StarvationInterval, StarvationMaxPerInterval, Currency, "
       "CardHourPrice, DefaultCardHourPrice, CardHourPriceFloor, CoreHourPrice, "
       "MemGiBHourPrice";
@@ -390,6 +406,10 @@ std::string format_micros(Micros m) {
   frac.insert(0, 6 - frac.size(), '0');
   while (frac.size() > 2 && frac.back() == '0') frac.pop_back();
   return (neg ? "-" : "") + std::to_string(m / kMicrosPerUnit) + "." + frac;
+}
+
+uint32_t guaranteed_gpu_cap(const PlancConfig& cfg, uint32_t total_gpus) {
+  return static_cast<uint32_t>(static_cast<uint64_t>(total_gpus) * cfg.guaranteed_cap_percent / 100);
 }
 
 Result<PlancConfig> parse_config(std::string_view text, std::string_view filename) {

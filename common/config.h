@@ -48,7 +48,13 @@ struct PlancConfig {
   // Tier for a job with no --qos whose association has no DefaultQOS.
   TierId default_tier = TierId::kP3;
   // P0+P1 together never hold more than this share of the cluster's GPUs.
+  // Enforced by Slurm itself: job_submit/planc routes guaranteed-tier jobs
+  // into GuaranteedPartition, whose partition QoS (GuaranteedCapQOS) has
+  // GrpTRES=gres/gpu=<percent of the GPUs> (planc-conf sacctmgr --gpus N).
+  // An empty partition turns the routing, and so the cap, off.
   uint32_t guaranteed_cap_percent = 80;
+  std::string guaranteed_partition;
+  std::string guaranteed_cap_qos = "planc-guaranteed-cap";
   // A job preempted this many times within the window is not chosen again.
   uint32_t preempt_max_count = 3;
   uint32_t preempt_window_seconds = 24 * 3600;
@@ -67,6 +73,10 @@ Result<PlancConfig> load_config(const std::string& path);
 
 // Where planc.conf lives: $PLANC_CONF when set, else beside slurm.conf.
 std::string planc_conf_path(std::string_view slurm_conf_path);
+
+// GPUs P0+P1 may hold together on a cluster of `total_gpus`: rounded down,
+// so the cap is never exceeded (80% of 32 is 25).
+uint32_t guaranteed_gpu_cap(const PlancConfig& cfg, uint32_t total_gpus);
 
 // "20.00" -> 20000000 micros.  At most 6 decimals, no sign, no exponent.
 std::optional<Micros> parse_decimal_micros(std::string_view s);

@@ -147,10 +147,11 @@ Result<PreemptLedger> PreemptLedger::parse(std::string_view text, uint32_t max_c
 
 uint32_t victim_rank(const VictimFacts& v) {
   // [31:30] tier class, [29:22] preemptions in window, [21:0] run minutes.
+  // Class 0 is kInGraceRank's alone.
   uint32_t tier_class;
   switch (v.tier) {
-    case TierId::kP3: tier_class = 0; break;
-    case TierId::kP2: tier_class = 1; break;
+    case TierId::kP3: tier_class = 1; break;
+    case TierId::kP2: tier_class = 2; break;
     default: tier_class = 3; break;  // never preempted; last if ever offered
   }
   uint32_t count = std::min<uint32_t>(v.recent_preemptions, 0xff);

@@ -69,12 +69,16 @@ struct VictimFacts {
   uint32_t run_seconds;         // since this run started: the work at risk
 };
 
-// Slurm preempts candidates in ascending order of this rank.  The order:
+// Slurm preempts candidates in ascending order of this rank.  (The plugin
+// ranks a job already in its grace period 0, before all of these, so one
+// preemptor does not start a second preemption while the first runs out.)
+// The order:
 //   1. tier: P3 before P2 (a lower tier first; guaranteed tiers never);
 //   2. fewer preemptions in the window first (spreads preemption so no
 //      job is hit again and again);
 //   3. shorter current run first (loses the least work).
 uint32_t victim_rank(const VictimFacts& v);
+inline constexpr uint32_t kInGraceRank = 0;  // below every victim_rank()
 
 // The guaranteed tier a preempted job's owner can retry in: the same
 // product line's guaranteed tier (Plan A spot P2 -> P0 lease, Plan B spot

@@ -45,6 +45,39 @@ SubmitDecision judge(const PlancConfig& cfg, const SubmitRequest& req, const Tie
   return d;
 }
 
+bool lists(const std::string& list, const std::string& name) {
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    if (iequals(std::string_view(list).substr(start, comma - start), name)) return true;
+    start = comma + 1;
+  }
+  return false;
+}
+
+// Guaranteed tiers run only in the cap's partition; others never do.
+void route(const PlancConfig& cfg, const SubmitRequest& req, SubmitDecision* d) {
+  const std::string& gp = cfg.guaranteed_partition;
+  if (gp.empty() || !d->ok()) return;
+  const Tier& t = *d->tier;
+  if (!t.preemptible) {
+    if (req.partition.empty()) {
+      d->set_partition = gp;
+    } else if (!iequals(req.partition, gp)) {
+      d->error = SubmitError::kWrongPartition;
+      d->message = t.label + " (" + t.qos + ") jobs run in partition '" + gp +
+                   "', where the guaranteed tiers' " + std::to_string(cfg.guaranteed_cap_percent) +
+                   "% GPU cap applies. Submit without -p/--partition, or with -p " + gp + ".";
+    }
+  } else if (!req.partition.empty() && lists(req.partition, gp)) {
+    d->error = SubmitError::kWrongPartition;
+    d->message = "partition '" + gp + "' is for the guaranteed tiers (P0, P1); " + t.label +
+                 " (" + t.qos + ") jobs may not use it. Submit without -p/--partition, or "
+                 "name another partition.";
+  }
+}
+
 }  // namespace
 
 SubmitDecision decide_submit(const PlancConfig& cfg, const SubmitRequest& req) {
@@ -64,6 +97,7 @@ SubmitDecision decide_submit(const PlancConfig& cfg, const SubmitRequest& req) {
   }
   SubmitDecision d = judge(cfg, req, *t);
   if (d.ok() && t->preemptible && req.requeue == Requeue::kUnset) d.set_requeue = true;
+  route(cfg, req, &d);
   return d;
 }
 
@@ -76,7 +110,16 @@ SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req) {
     d.message = unknown_tier_message(cfg, req.requested_qos);
     return d;
   }
-  return judge(cfg, req, *t);
+  d = judge(cfg, req, *t);
+  const std::string& gp = cfg.guaranteed_partition;
+  if (!req.partition.empty()) {
+    route(cfg, req, &d);  // the update names a partition: judge it
+  } else if (d.ok() && !gp.empty()) {
+    bool in_gp = iequals(req.current_partition, gp);
+    if (!t->preemptible && !in_gp) d.set_partition = gp;
+    if (t->preemptible && in_gp) d.set_partition = req.default_partition;
+  }
+  return d;
 }
 
 }  // namespace planc

@@ -26,7 +26,8 @@ std::shared_ptr<const planc::PlancConfig> g_config;
 int refuse(const planc::SubmitDecision& d, char** err_msg) {
   if (err_msg) *err_msg = xstrdup(d.message.c_str());
   debug("%s: refused: %s", plugin_type, d.message.c_str());
-  return ESLURM_INVALID_QOS;
+  return d.error == planc::SubmitError::kWrongPartition ? ESLURM_INVALID_PARTITION_NAME
+                                                         : ESLURM_INVALID_QOS;
 }
 
 int internal_error(const char* where, const char* what, char** err_msg) {
@@ -41,7 +42,12 @@ int internal_error(const char* where, const char* what, char** err_msg) {
 PLANC_EXPORT int init(void) {
   try {
     g_config = planc::slurm::load_plugin_config(plugin_type);
-    return g_config ? SLURM_SUCCESS : SLURM_ERROR;
+    if (!g_config) return SLURM_ERROR;
+    if (g_config->guaranteed_partition.empty())
+      info("%s: GuaranteedPartition is not set: P0/P1 jobs are not routed and the %u%% "
+           "guaranteed GPU cap is NOT enforced",
+           plugin_type, g_config->guaranteed_cap_percent);
+    return SLURM_SUCCESS;
   } catch (const std::exception& e) {
     error("%s: init failed: %s", plugin_type, e.what());
     return SLURM_ERROR;

@@ -6,8 +6,8 @@
 //                 (at most PreemptMaxCount preemptions in PreemptWindow);
 //   MODE          requeue when the job is requeueable, else cancel;
 //                 guaranteed tiers OFF (never preempted);
-//   PRIO          the victim order (P3 first, fewest recent preemptions,
-//                 shortest current run);
+//   PRIO          the victim order (a job already in grace first, then P3,
+//                 fewest recent preemptions, shortest current run);
 //   GRACE_TIME    asked exactly once when a preemption starts: the tier's
 //                 grace, and the moment the preemption is counted and the
 //                 owner's note (SystemComment) is written.
@@ -185,6 +185,10 @@ uint32_t grace_and_count(job_record_t* job) {
   std::string note = planc::preemption_note(cfg, e);
   xfree(job->system_comment);
   job->system_comment = xstrdup(note.c_str());
+  // Slurm's own grace signal (preempt.c) reaches the job's steps but not
+  // the batch script, which is where most jobs trap SIGTERM to checkpoint.
+  // Signal the batch step too (its whole process tree), as `scancel -b`.
+  if (e.grace_seconds && job->batch_flag) job_signal(job, SIGTERM, KILL_JOB_BATCH, 0, false);
   info("%s: %pJ (%s) preempted by JobId=%u (%s), grace %u s, %s, preemption %u in window",
        plugin_type, job, victim->label.c_str(), e.preemptor_job,
        e.preemptor_job ? cfg.tiers.tier(e.preemptor_tier).label.c_str() : "?",
@@ -266,6 +270,12 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         return SLURM_SUCCESS;
       }
       case PREEMPT_DATA_PRIO: {
+        // A job already in its grace period comes first, so Slurm waits for
+        // it instead of preempting yet another job for the same preemptor.
+        if (job_ptr->preempt_time) {
+          *static_cast<uint32_t*>(data) = planc::kInGraceRank;
+          return SLURM_SUCCESS;
+        }
         const Tier* t = planc::slurm::job_tier(cfg, job_ptr);
         time_t now = time(nullptr);
         planc::VictimFacts v{t ? t->id : TierId::kP0, 0, 0};

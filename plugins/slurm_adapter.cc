@@ -71,6 +71,7 @@ SubmitRequest submit_request(const PlancConfig& cfg, const job_desc_msg_t* desc)
   SubmitRequest req;
   req.requested_qos = str(desc->qos);
   req.requeue = requeue_of(desc->requeue);
+  req.partition = str(desc->partition);
   lookup_assoc(cfg, desc->user_id, desc->account, desc->partition, &req);
   return req;
 }
@@ -81,6 +82,9 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
   req.requested_qos = str(desc->qos);
   if (req.requested_qos.empty()) return req;  // not a QoS change
   req.privileged = validate_operator(submit_uid);
+  req.partition = str(desc->partition);
+  req.current_partition = str(job->partition);
+  req.default_partition = str(default_part_name);
   const char* account = desc->account ? desc->account : job->account;
   const char* partition = desc->partition ? desc->partition : job->partition;
   lookup_assoc(cfg, job->user_id, account, partition, &req);
@@ -98,6 +102,10 @@ void apply_decision(const SubmitDecision& d, job_desc_msg_t* desc) {
     desc->qos = xstrdup(d.qos.c_str());
   }
   if (d.set_requeue) desc->requeue = 1;
+  if (!d.set_partition.empty()) {
+    xfree(desc->partition);
+    desc->partition = xstrdup(d.set_partition.c_str());
+  }
 }
 
 }  // namespace planc::slurm

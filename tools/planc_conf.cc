@@ -1,12 +1,17 @@
 // planc-conf: check planc.conf and turn its tier table into Slurm QoS.
 //
 //   planc-conf check FILE      parse FILE; print the tier table or the error
-//   planc-conf sacctmgr FILE   print sacctmgr arguments, one command a line,
-//                              that create or update the four tier QoS:
-//                              sed 's/^/sacctmgr -i /' | sh, or see
-//                              test/cluster/planc-cluster
+//   planc-conf sacctmgr FILE [--gpus N]
+//                              print sacctmgr arguments, one command a line,
+//                              that create or update the four tier QoS and,
+//                              given the cluster's GPU count, the partition
+//                              QoS of the guaranteed cap:
+//                              ... | while read -r l; do sacctmgr -i $l; done
+//   planc-conf get FILE KEY    print one setting (for scripts):
+//                              GuaranteedPartition, GuaranteedCapQOS
 // Exit status: 0 ok, 1 bad config, 2 usage.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "common/config.h"
@@ -16,7 +21,8 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: planc-conf check FILE\n"
-               "       planc-conf sacctmgr FILE\n");
+               "       planc-conf sacctmgr FILE [--gpus N]\n"
+               "       planc-conf get FILE GuaranteedPartition|GuaranteedCapQOS\n");
   return 2;
 }
 
@@ -37,15 +43,36 @@ std::string factor(uint32_t permille) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) return usage();
+  if (argc < 3) return usage();
   std::string cmd = argv[1];
-  if (cmd != "check" && cmd != "sacctmgr") return usage();
+  long gpus = -1;
+  std::string key;
+  if (cmd == "sacctmgr" && argc == 5 && std::string(argv[3]) == "--gpus") {
+    char* end = nullptr;
+    gpus = std::strtol(argv[4], &end, 10);
+    if (!end || *end || gpus < 0) return usage();
+  } else if (cmd == "get" && argc == 4) {
+    key = argv[3];
+  } else if (argc != 3 || (cmd != "check" && cmd != "sacctmgr")) {
+    return usage();
+  }
   auto r = planc::load_config(argv[2]);
   if (!r.ok()) {
     std::fprintf(stderr, "planc-conf: %s\n", r.error().c_str());
     return 1;
   }
   const planc::PlancConfig& cfg = r.value();
+  if (cmd == "get") {
+    if (planc::iequals(key, "GuaranteedPartition")) {
+      std::printf("%s\n", cfg.guaranteed_partition.c_str());
+    } else if (planc::iequals(key, "GuaranteedCapQOS")) {
+      std::printf("%s\n", cfg.guaranteed_cap_qos.c_str());
+    } else {
+      std::fprintf(stderr, "planc-conf: get: unknown key '%s'\n", key.c_str());
+      return 2;
+    }
+    return 0;
+  }
   if (cmd == "check") {
     std::printf("%s: OK\n", argv[2]);
     std::printf("%-4s %-16s %-9s %-5s %-11s %-6s %-9s %s\n", "TIER", "QOS", "PRIORITY", "GRACE",
@@ -59,9 +86,13 @@ int main(int argc, char** argv) {
                   factor(t.price_permille).c_str(), pl.empty() ? "-" : pl.c_str(),
                   aliases.c_str());
     }
-    std::printf("DefaultTier=%s GuaranteedCapPercent=%u PreemptMaxCount=%u PreemptWindow=%us\n",
+    std::printf("DefaultTier=%s GuaranteedCapPercent=%u GuaranteedPartition=%s "
+                "GuaranteedCapQOS=%s PreemptMaxCount=%u PreemptWindow=%us\n",
                 cfg.tiers.tier(cfg.default_tier).label.c_str(), cfg.guaranteed_cap_percent,
-                cfg.preempt_max_count, cfg.preempt_window_seconds);
+                cfg.guaranteed_partition.empty() ? "(none: cap not enforced)"
+                                                 : cfg.guaranteed_partition.c_str(),
+                cfg.guaranteed_cap_qos.c_str(), cfg.preempt_max_count,
+                cfg.preempt_window_seconds);
     return 0;
   }
   // Two passes: every QoS must exist before another's Preempt= can name it.
@@ -76,6 +107,12 @@ int main(int argc, char** argv) {
                 t.qos.c_str(), t.priority, pl.empty() ? "" : " Preempt=", pl.c_str(),
                 t.preemptible ? "requeue" : "cluster", t.grace_seconds,
                 factor(t.price_permille).c_str());
+  }
+  if (gpus >= 0 && !cfg.guaranteed_partition.empty()) {
+    std::printf("add qos %s\n", cfg.guaranteed_cap_qos.c_str());
+    std::printf("modify qos where name=%s set GrpTRES=gres/gpu=%u\n",
+                cfg.guaranteed_cap_qos.c_str(),
+                planc::guaranteed_gpu_cap(cfg, static_cast<uint32_t>(gpus)));
   }
   return 0;
 }

@@ -115,6 +115,7 @@ TEST(VictimOrderTest, Table) {
   };
   for (size_t i = 0; i + 1 < std::size(order); ++i)
     EXPECT_LT(victim_rank(order[i]), victim_rank(order[i + 1])) << "row " << i;
+  for (const VictimFacts& v : order) EXPECT_GT(victim_rank(v), kInGraceRank);
   // Within the same minute, run time does not separate jobs.
   EXPECT_EQ(victim_rank({TierId::kP2, 0, 60}), victim_rank({TierId::kP2, 0, 119}));
 }

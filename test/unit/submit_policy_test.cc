@@ -130,3 +130,67 @@ TEST(SubmitPolicyTest, Modify) {
 
 }  // namespace
 }  // namespace planc
+
+namespace planc {
+namespace {
+
+TEST(SubmitPolicyTest, GuaranteedPartitionRouting) {
+  static const PlancConfig c =
+      parse_config("GuaranteedPartition=guaranteed", "planc.conf").value();
+  const std::vector<std::string> all = {"p0-lease", "p1-guaranteed", "p2-spot", "p3-spot"};
+  struct Case {
+    const char* what;
+    std::string typed, partition;
+    SubmitError error;
+    std::string set_partition;
+  };
+  const Case cases[] = {
+      {"P0 without -p goes to the capped partition", "p0", "", SubmitError::kNone, "guaranteed"},
+      {"P1 without -p too", "p1", "", SubmitError::kNone, "guaranteed"},
+      {"P0 naming it is fine", "p0", "Guaranteed", SubmitError::kNone, ""},
+      {"P0 elsewhere would escape the cap", "p0", "gpu", SubmitError::kWrongPartition, ""},
+      {"P2 stays where it is", "p2", "", SubmitError::kNone, ""},
+      {"P2 in the capped partition", "p2", "gpu,guaranteed", SubmitError::kWrongPartition, ""},
+      {"P3 in another partition", "p3", "gpu", SubmitError::kNone, ""},
+  };
+  for (const Case& k : cases) {
+    SubmitRequest r = assoc(all);
+    r.requested_qos = k.typed;
+    r.partition = k.partition;
+    SubmitDecision d = decide_submit(c, r);
+    EXPECT_EQ(d.error, k.error) << k.what << ": " << d.message;
+    EXPECT_EQ(d.set_partition, k.set_partition) << k.what;
+  }
+  // Without GuaranteedPartition nothing is routed.
+  SubmitRequest r = assoc(all);
+  r.requested_qos = "p0";
+  EXPECT_EQ(decide_submit(cfg(), r).set_partition, "");
+}
+
+TEST(SubmitPolicyTest, ModifyMovesBetweenPartitionsWithTheTier) {
+  static const PlancConfig c =
+      parse_config("GuaranteedPartition=guaranteed", "planc.conf").value();
+  struct Case {
+    const char* what;
+    std::string typed, current;
+    std::string set_partition;
+  };
+  const Case cases[] = {
+      {"P3 -> P0: into the capped partition", "p0", "gpu", "guaranteed"},
+      {"P0 -> P2: back to the default partition", "p2", "guaranteed", "gpu"},
+      {"P2 -> P3: stays", "p3", "gpu", ""},
+      {"P0 -> P1: stays", "p1", "guaranteed", ""},
+  };
+  for (const Case& k : cases) {
+    SubmitRequest r = assoc({"p0-lease", "p1-guaranteed", "p2-spot", "p3-spot"});
+    r.requested_qos = k.typed;
+    r.current_partition = k.current;
+    r.default_partition = "gpu";
+    SubmitDecision d = decide_modify(c, r);
+    EXPECT_TRUE(d.ok()) << k.what << ": " << d.message;
+    EXPECT_EQ(d.set_partition, k.set_partition) << k.what;
+  }
+}
+
+}  // namespace
+}  // namespace planc
