@@ -23,6 +23,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <memory>
@@ -185,6 +186,14 @@ uint32_t grace_and_count(job_record_t* job) {
   std::string note = planc::preemption_note(cfg, e);
   xfree(job->system_comment);
   job->system_comment = xstrdup(note.c_str());
+  // 22.05's slurmdbd never stores SystemComment, but it stores AdminComment
+  // with every run's end record: mirror the note there so `sacct -o
+  // AdminComment` shows it on the PREEMPTED row.  An admin's own comment is
+  // left alone.
+  if (!job->admin_comment || !std::strncmp(job->admin_comment, "planc:", 6)) {
+    xfree(job->admin_comment);
+    job->admin_comment = xstrdup(note.c_str());
+  }
   // Slurm's own grace signal (preempt.c) reaches the job's steps but not
   // the batch script, which is where most jobs trap SIGTERM to checkpoint.
   // Signal the batch step too (its whole process tree), as `scancel -b`.

@@ -14,9 +14,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CLUSTER = os.path.join(ROOT, "test", "cluster", "planc-cluster")
 
 
-def cluster_env():
-    out = subprocess.run([CLUSTER, "env"], check=True, capture_output=True, text=True).stdout
-    env = dict(os.environ)
+def cluster_env(overrides=None):
+    base = dict(os.environ, **(overrides or {}))
+    out = subprocess.run([CLUSTER, "env"], check=True, capture_output=True, text=True,
+                         env=base).stdout
+    env = dict(base)
     for line in out.splitlines():
         line = line.strip()
         if line.startswith("export ") and "=" in line:
@@ -26,10 +28,10 @@ def cluster_env():
 
 
 class Cluster:
-    def __init__(self):
-        self.env = cluster_env()
-        self.dir = self.env.get("PLANC_CLUSTER_DIR",
-                                os.environ.get("PLANC_CLUSTER_DIR", "/tmp/planc-cluster"))
+    def __init__(self, overrides=None):
+        self.overrides = overrides or {}
+        self.env = cluster_env(self.overrides)
+        self.dir = self.env.get("PLANC_CLUSTER_DIR", "/tmp/planc-cluster")
         self.work = os.path.join(self.dir, "work")
 
     def run(self, *args, user=None, check=False, timeout=60, env=None):
@@ -42,7 +44,36 @@ class Cluster:
 
     def ctl(self, *args, check=True, timeout=180):
         return subprocess.run([CLUSTER] + list(args), capture_output=True, text=True,
-                              timeout=timeout, check=check)
+                              timeout=timeout, check=check,
+                              env=dict(os.environ, **self.overrides))
+
+    def set_planc_conf(self, extra_lines):
+        """Rewrites planc.conf as the example plus `extra_lines` (replacing
+        keys they set) and restarts slurmctld so the plugins read it."""
+        src = os.path.join(ROOT, "etc", "planc.conf.example")
+        extra = [l for l in extra_lines if l.strip()]
+        keys = {l.split("=", 1)[0].strip().lower() for l in extra if not l.startswith("Tier=")}
+        tiers = {l.split()[0].lower() for l in extra if l.startswith("Tier=")}
+        out = []
+        for line in open(src).read().splitlines():
+            k = line.split("=", 1)[0].strip().lower() if "=" in line else None
+            if k in keys or (line.startswith("Tier=") and line.split()[0].lower() in tiers):
+                continue
+            out.append(line)
+        with open(os.path.join(self.dir, "etc", "planc.conf"), "w") as f:
+            f.write("\n".join(out + extra) + "\n")
+        self.ctl("restart-ctld")
+
+    def write_script(self, name, body):
+        path = os.path.join(self.work, name)
+        with open(path, "w") as f:
+            f.write(body)
+        os.chmod(path, 0o755)
+        return path
+
+    def state(self, jobid):
+        p = self.run("squeue", "-h", "-j", jobid, "-o", "%T")
+        return p.stdout.strip() or "GONE"
 
     def sbatch(self, *args, user=None):
         """Submits; returns (job id or None, CompletedProcess)."""
@@ -78,17 +109,42 @@ class Cluster:
         raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
     def cancel_all(self):
-        self.run("scancel", "--full", "-u", "pcalice")
+        """Cancels every job and waits until no job holds a node."""
         for u in ("pcalice", "pcbob", "pccarol", "root"):
             self.run("scancel", "-u", u)
+        self.wait_for("an empty queue",
+                      lambda: self.run("squeue", "-h", "-o", "%i").stdout.strip() == "",
+                      timeout=90)
+
+
+def start_cluster(overrides=None):
+    env = dict(os.environ, **(overrides or {}))
+    up = subprocess.run([CLUSTER, "up"], capture_output=True, text=True, timeout=600, env=env)
+    if up.returncode != 0:
+        pytest.fail("planc-cluster up failed:\n" + up.stdout + up.stderr)
+    return Cluster(overrides)
+
+
+def stop_cluster(c):
+    if os.environ.get("PLANC_KEEP_CLUSTER") != "1":
+        subprocess.run([CLUSTER, "down", "--purge"], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, **c.overrides))
 
 
 @pytest.fixture(scope="session")
 def cluster():
-    up = subprocess.run([CLUSTER, "up"], capture_output=True, text=True, timeout=600)
-    if up.returncode != 0:
-        pytest.fail("planc-cluster up failed:\n" + up.stdout + up.stderr)
-    c = Cluster()
+    """The 4-node, 32-GPU cluster most tests share."""
+    c = start_cluster()
     yield c
-    if os.environ.get("PLANC_KEEP_CLUSTER") != "1":
-        subprocess.run([CLUSTER, "down"], capture_output=True, text=True, timeout=300)
+    stop_cluster(c)
+
+
+@pytest.fixture(scope="session")
+def small_cluster():
+    """A second, 1-node (8-GPU) cluster beside the first, for tests that need
+    exactly one possible victim."""
+    base = int(os.environ.get("PLANC_PORT_BASE", "17800")) + 100
+    d = os.environ.get("PLANC_CLUSTER_DIR", "/tmp/planc-cluster") + "-1node"
+    c = start_cluster({"PLANC_CLUSTER_DIR": d, "PLANC_PORT_BASE": str(base), "PLANC_NODES": "1"})
+    yield c
+    stop_cluster(c)

@@ -1,0 +1,206 @@
+"""preempt/planc on the private cluster, as users see it.
+
+Job scripts record, in work/sig.<jobid>, when they started and when they
+received SIGTERM; the tests read those files the way a user's checkpointing
+script would, and squeue / scontrol / sacct the way the user would.
+Timings are printed, not asserted (shared machines are noisy); the grace
+period's lower bound is asserted because it is a promise to the user.
+"""
+import os
+import time
+
+import pytest
+
+# Traps SIGTERM like a checkpointing job, but keeps running (the worst case:
+# the job ignores the request and must be killed at the end of the grace).
+STUBBORN = """#!/bin/bash
+f={work}/sig.$SLURM_JOB_ID
+echo "start $(date +%s.%N) restarts=${{SLURM_RESTART_COUNT:-0}}" >> $f
+trap 'echo "SIGTERM $(date +%s.%N)" >> '$f TERM
+while true; do sleep 0.2; done
+"""
+
+
+def events(c, jobid):
+    path = os.path.join(c.work, f"sig.{jobid}")
+    if not os.path.exists(path):
+        return []
+    out = []
+    for line in open(path).read().splitlines():
+        parts = line.split()
+        out.append((parts[0], float(parts[1])))
+    return out
+
+
+def first(c, jobid, kind):
+    return next((t for k, t in events(c, jobid) if k == kind), None)
+
+
+def submit(c, user, account, qos, gpus, *extra, script=None):
+    args = ["-A", account, f"--qos={qos}", f"--gres=gpu:{gpus}", "-N1", *extra]
+    jobid, p = c.sbatch(*args, script or c.stubborn, user=user)
+    assert jobid, p.stderr
+    return jobid
+
+
+def running(c, jobid):
+    return c.state(jobid) == "RUNNING"
+
+
+@pytest.fixture
+def c(cluster):
+    cluster.cancel_all()
+    cluster.stubborn = cluster.write_script("stubborn.sh", STUBBORN.format(work=cluster.work))
+    yield cluster
+    cluster.cancel_all()
+
+
+def fill(c, tiers):
+    """One 8-GPU job per node, in the given tiers; waits until all run."""
+    ids = []
+    for tier in tiers:
+        acct = {"p2": "acct-spot", "p3": "acct-spot", "p1": "acct-api"}[tier]
+        user = {"p2": "pcbob", "p3": "pcbob", "p1": "pccarol"}[tier]
+        ids.append(submit(c, user, acct, tier, 8))
+    c.wait_for("the filler jobs to run", lambda: all(running(c, j) for j in ids), timeout=60)
+    return ids
+
+
+def test_p3_victim_goes_first_without_grace(c):
+    p2a, p2b, p3a, p3b = fill(c, ["p2", "p2", "p3", "p3"])
+    t0 = time.time()
+    p0 = submit(c, "pcalice", "acct-lease", "p0", 8)
+    c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=120)
+    t_run = time.time() - t0
+    states = {j: c.state(j) for j in (p2a, p2b, p3a, p3b)}
+    print(f"\nP3 victim: P0 running after {t_run:.1f} s; victims: {states}")
+    # Exactly one P3 job made room; both P2 jobs and the other P3 still run.
+    assert states[p2a] == states[p2b] == "RUNNING"
+    assert sorted([states[p3a], states[p3b]]) == ["PENDING", "RUNNING"]
+    victim = p3a if states[p3a] == "PENDING" else p3b
+    note = c.show_job(victim)
+    assert c.run("scontrol", "show", "job", victim, user="pcbob").returncode == 0
+    text = c.run("scontrol", "show", "job", victim, user="pcbob").stdout
+    assert f"by job {p0} (P0 p0-lease); no grace (P3); requeued (auto-restart)" in text
+    assert "retry in a guaranteed tier: --qos=p1-guaranteed" in text
+    assert note["Requeue"] == "1" and note["Restarts"] == "1"
+
+
+def test_p2_victim_gets_sigterm_and_its_grace_then_runs_again(c):
+    victims = fill(c, ["p2", "p2", "p2", "p2"])
+    t0 = time.time()
+    p0 = submit(c, "pcalice", "acct-lease", "p0", 8)
+    # The chosen victim's script receives SIGTERM ...
+    victim = c.wait_for("a victim to receive SIGTERM",
+                        lambda: next((v for v in victims if first(c, v, "SIGTERM")), None),
+                        timeout=90)
+    t_term = first(c, victim, "SIGTERM") - t0
+    # ... while in grace it is still running and the P0 job waits for it.
+    assert c.state(victim) == "RUNNING"
+    text = c.run("scontrol", "show", "job", victim, user="pcbob").stdout
+    assert f"by job {p0} (P0 p0-lease); SIGTERM sent, grace until" in text
+    assert "(30 s to checkpoint); requeued (auto-restart)" in text
+    c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=150)
+    t_run = time.time() - t0
+    print(f"\nP2 victim: SIGTERM after {t_term:.1f} s, P0 running after {t_run:.1f} s")
+    # The grace was honoured: the P0 job started at least 30 s after the
+    # SIGTERM, and only one job was preempted for it.
+    assert time.time() - first(c, victim, "SIGTERM") >= 30 - 1
+    others = [v for v in victims if v != victim]
+    assert all(c.state(v) == "RUNNING" for v in others)
+    assert all(first(c, v, "SIGTERM") is None for v in others)
+    assert c.state(victim) == "PENDING"
+    # The requeued job runs again once there is room.
+    c.run("scancel", p0, check=True)
+    c.wait_for("the requeued job to run again",
+               lambda: [k for k, _ in events(c, victim)].count("start") == 2, timeout=120)
+    assert "restarts=1" in open(os.path.join(c.work, f"sig.{victim}")).read()
+    # sacct keeps the preempted run with the owner's note.
+    rows = c.run("sacct", "-n", "-P", "-D", "-X", "-j", victim, "-o", "State,AdminComment",
+                 user="pcbob").stdout
+    assert "PREEMPTED|planc: preempted at" in rows, rows
+
+
+def test_p2_preempts_p3_but_not_p2_or_guaranteed(c):
+    p1a, p1b, p2a, p3a = fill(c, ["p1", "p1", "p2", "p3"])
+    p2new = submit(c, "pcbob", "acct-spot", "p2", 8)
+    c.wait_for("the new P2 job to run", lambda: running(c, p2new), timeout=90)
+    assert c.state(p3a) == "PENDING"
+    assert [c.state(j) for j in (p1a, p1b, p2a)] == ["RUNNING"] * 3
+    # With no P3 job left running, another P2 job must wait: P2 does not
+    # preempt P2, and never P1.
+    p2wait = submit(c, "pcbob", "acct-spot", "p2", 8)
+    time.sleep(15)
+    assert c.state(p2wait) == "PENDING"
+    assert [c.state(j) for j in (p1a, p1b, p2a, p2new)] == ["RUNNING"] * 4
+    assert first(c, p2a, "SIGTERM") is None and first(c, p2new, "SIGTERM") is None
+
+
+def test_non_requeueable_p2_job_is_cancelled_not_requeued(c):
+    ids = [submit(c, "pcbob", "acct-spot", "p2", 8, "--no-requeue") for _ in range(4)]
+    c.wait_for("the P2 jobs to run", lambda: all(running(c, j) for j in ids), timeout=60)
+    p0 = submit(c, "pcalice", "acct-lease", "p0", 8)
+    c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=150)
+    gone = [j for j in ids if c.state(j) == "GONE"]
+    assert len(gone) == 1, {j: c.state(j) for j in ids}
+    victim = gone[0]
+    row = c.sacct_field(victim, "State")
+    assert row == "PREEMPTED"
+    assert "cancelled (job not requeueable)" in c.sacct_field(victim, "AdminComment")
+
+
+def test_guaranteed_tiers_capped_at_80_percent(c):
+    # 32 GPUs, GuaranteedCapPercent=80: P0 + P1 may hold 25.
+    p1 = [submit(c, "pccarol", "acct-api", "p1", 8) for _ in range(3)]
+    p2 = submit(c, "pcbob", "acct-spot", "p2", 7)
+    c.wait_for("24 guaranteed GPUs and a P2 job to run",
+               lambda: all(running(c, j) for j in p1 + [p2]), timeout=60)
+    p0_25th = submit(c, "pcalice", "acct-lease", "p0", 1)
+    c.wait_for("the 25th guaranteed GPU's job to run", lambda: running(c, p0_25th), timeout=60)
+    p0_26th = submit(c, "pcalice", "acct-lease", "p0", 1)
+    time.sleep(15)
+    # Over the cap: it waits with the documented reason, although it could
+    # preempt the P2 job, which keeps running.
+    assert c.state(p0_26th) == "PENDING"
+    assert c.squeue_field(p0_26th, "%r") == "QOSGrpGRES"
+    assert c.squeue_field(p0_26th, "%P") == "guaranteed"
+    assert running(c, p2) and first(c, p2, "SIGTERM") is None
+    # When a guaranteed job ends, it runs.
+    c.run("scancel", p1[0], check=True)
+    c.wait_for("the 26th GPU's job to run once under the cap", lambda: running(c, p0_26th),
+               timeout=90)
+
+
+def test_preemption_cap_survives_restart(small_cluster):
+    """One node, one possible victim: a P2 job preempted PreemptMaxCount (3)
+    times is not chosen a 4th time; the P0 job then waits.  slurmctld is
+    restarted between the 2nd and 3rd preemption."""
+    c = small_cluster
+    c.set_planc_conf(["Tier=P2 QOS=p2-spot Aliases=p2,plan-a-spot,elastic Priority=5000 "
+                      "Preemptible=yes Preempts=P3 GraceTime=3 PriceFactor=0.35",
+                      "PreemptWindow=1h"])
+    c.cancel_all()
+    script = c.write_script("stubborn.sh", STUBBORN.format(work=c.work))
+    victim, p = c.sbatch("-A", "acct-spot", "--qos=p2", "--gres=gpu:8", script, user="pcbob")
+    assert victim, p.stderr
+    for n in (1, 2, 3, 4):
+        c.wait_for(f"the victim's run {n}",
+                   lambda: [k for k, _ in events(c, victim)].count("start") == n, timeout=120)
+        p0, p = c.sbatch("-A", "acct-lease", "--qos=p0", "--gres=gpu:6", "--wrap", "sleep 300",
+                         user="pcalice")
+        assert p0, p.stderr
+        if n == 4:
+            break
+        c.wait_for(f"preemption {n}", lambda: c.state(p0) == "RUNNING", timeout=90)
+        text = c.run("scontrol", "show", "job", victim).stdout
+        assert f"preemption {n} of at most 3 per 1 h" in text
+        c.run("scancel", p0, check=True)
+        if n == 2:
+            c.ctl("restart-ctld")
+    # The 4th time: the victim keeps running, the P0 job waits.
+    time.sleep(15)
+    assert c.state(victim) == "RUNNING"
+    assert c.state(p0) == "PENDING"
+    log = open(os.path.join(c.dir, "log", "slurmctld.log")).read()
+    assert "preempt/planc: 1 job(s) with preemptions counted" in log
+    c.cancel_all()
