@@ -13,8 +13,8 @@
 //                 owner's note (SystemComment) is written.
 // All entry points run inside slurmctld with its job lock held.  The
 // ledger has its own mutex, always taken after slurmctld's locks and never
-// held across I/O; a background thread writes the state file and forgets
-// jobs that have ended.
+// held across I/O; a background thread writes the state file, forgets
+// jobs that have ended, and wakes the scheduler when a grace period ends.
 #include "plugins/slurm_compat.h"
 
 #include <fcntl.h>
@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <set>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,11 @@ std::mutex g_mu;
 std::unique_ptr<PreemptLedger> g_ledger;  // GUARDED_BY(g_mu)
 bool g_dirty = false;                     // GUARDED_BY(g_mu)
 bool g_stop = false;                      // GUARDED_BY(g_mu)
+// Ends of grace periods in progress.  Slurm finishes a preemption only when
+// the scheduler next tries the preemptor after the grace has run out, which
+// can be a whole sched_interval (60 s by default) later; the worker wakes
+// the scheduler at each deadline instead.
+std::multiset<time_t> g_grace_ends;       // GUARDED_BY(g_mu)
 std::condition_variable g_cv;
 std::thread g_worker;
 
@@ -142,10 +148,25 @@ void forget_ended_jobs() {
 }
 
 void worker() {
+  using Clock = std::chrono::system_clock;
   time_t last_sweep = time(nullptr);
   std::unique_lock<std::mutex> l(g_mu);
   while (!g_stop) {
-    g_cv.wait_for(l, std::chrono::seconds(5), [] { return g_stop || g_dirty; });
+    auto wake = Clock::now() + std::chrono::seconds(5);
+    if (!g_grace_ends.empty())
+      wake = std::min(wake, Clock::from_time_t(*g_grace_ends.begin()) +
+                                std::chrono::milliseconds(50));
+    g_cv.wait_until(l, wake, [] { return g_stop || g_dirty; });
+    bool grace_over = false;
+    while (!g_grace_ends.empty() && *g_grace_ends.begin() <= time(nullptr)) {
+      g_grace_ends.erase(g_grace_ends.begin());
+      grace_over = true;
+    }
+    if (grace_over) {
+      l.unlock();
+      schedule(false);  // only signals the scheduler thread; takes no slurmctld lock
+      l.lock();
+    }
     if (time(nullptr) - last_sweep >= 60) {
       l.unlock();
       forget_ended_jobs();
@@ -180,6 +201,7 @@ uint32_t grace_and_count(job_record_t* job) {
     std::lock_guard<std::mutex> l(g_mu);
     g_ledger->record(job->job_id, now);
     e.count_in_window = g_ledger->count_in_window(job->job_id, now);
+    if (e.grace_seconds) g_grace_ends.insert(now + e.grace_seconds);
     g_dirty = true;
   }
   g_cv.notify_one();
