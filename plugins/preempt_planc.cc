@@ -216,10 +216,19 @@ uint32_t grace_and_count(job_record_t* job) {
     xfree(job->admin_comment);
     job->admin_comment = xstrdup(note.c_str());
   }
-  // Slurm's own grace signal (preempt.c) reaches the job's steps but not
-  // the batch script, which is where most jobs trap SIGTERM to checkpoint.
-  // Signal the batch step too (its whole process tree), as `scancel -b`.
-  if (e.grace_seconds && job->batch_flag) job_signal(job, SIGTERM, KILL_JOB_BATCH, 0, false);
+  if (job->batch_flag) {
+    // Slurm's own grace signal (preempt.c) reaches the job's steps but not
+    // the batch script, which is where most jobs trap SIGTERM to
+    // checkpoint.  Signal the batch step too (its whole process tree), as
+    // `scancel -b` does.
+    job_signal(job, SIGTERM, KILL_JOB_BATCH, 0, false);
+    // No grace means no grace: without this, slurmd gives the batch step
+    // at least 5 s between SIGTERM and SIGKILL (slurmd/req.c,
+    // MAX(kill_wait, 5)) and the preemptor waits for it.  With
+    // KILL_JOB_BATCH this only signals processes; Slurm's requeue or
+    // cancel that follows still decides the job's fate.
+    if (!e.grace_seconds) job_signal(job, SIGKILL, KILL_JOB_BATCH, 0, false);
+  }
   info("%s: %pJ (%s) preempted by JobId=%u (%s), grace %u s, %s, preemption %u in window",
        plugin_type, job, victim->label.c_str(), e.preemptor_job,
        e.preemptor_job ? cfg.tiers.tier(e.preemptor_tier).label.c_str() : "?",
