@@ -14,7 +14,8 @@
 // All entry points run inside slurmctld with its job lock held.  The
 // ledger has its own mutex, always taken after slurmctld's locks and never
 // held across I/O; a background thread writes the state file, forgets
-// jobs that have ended, and wakes the scheduler when a grace period ends.
+// jobs that have ended, and ends grace periods on time (kill, then wake the
+// scheduler).
 #include "plugins/slurm_compat.h"
 
 #include <fcntl.h>
@@ -56,7 +57,7 @@ bool g_stop = false;                      // GUARDED_BY(g_mu)
 // the scheduler next tries the preemptor after the grace has run out, which
 // can be a whole sched_interval (60 s by default) later; the worker wakes
 // the scheduler at each deadline instead.
-std::multiset<time_t> g_grace_ends;       // GUARDED_BY(g_mu)
+std::multiset<std::pair<time_t, uint32_t>> g_grace_ends;  // GUARDED_BY(g_mu)
 std::condition_variable g_cv;
 std::thread g_worker;
 
@@ -147,6 +148,25 @@ void forget_ended_jobs() {
   g_dirty = true;
 }
 
+// The policy's "kill at the end of the grace": SIGKILL to the batch steps
+// of victims whose grace ran out, then wake the scheduler, which requeues
+// or cancels them and starts the preemptor.  Without the kill slurmd would
+// give a job that ignored SIGTERM another 5 s (MAX(kill_wait, 5)).
+void end_grace(const std::vector<uint32_t>& jobs) {
+  slurmctld_lock_t lock = {.conf = READ_LOCK, .job = WRITE_LOCK, .node = WRITE_LOCK,
+                           .fed = READ_LOCK};
+  lock_slurmctld(lock);
+  time_t now = time(nullptr);
+  for (uint32_t id : jobs) {
+    job_record_t* job = find_job_record(id);
+    if (job && IS_JOB_RUNNING(job) && job->preempt_time && job->batch_flag &&
+        now >= job->end_time)
+      job_signal(job, SIGKILL, KILL_JOB_BATCH, 0, false);
+  }
+  unlock_slurmctld(lock);
+  schedule(false);  // only signals the scheduler thread
+}
+
 void worker() {
   using Clock = std::chrono::system_clock;
   time_t last_sweep = time(nullptr);
@@ -154,17 +174,17 @@ void worker() {
   while (!g_stop) {
     auto wake = Clock::now() + std::chrono::seconds(5);
     if (!g_grace_ends.empty())
-      wake = std::min(wake, Clock::from_time_t(*g_grace_ends.begin()) +
+      wake = std::min(wake, Clock::from_time_t(g_grace_ends.begin()->first) +
                                 std::chrono::milliseconds(50));
     g_cv.wait_until(l, wake, [] { return g_stop || g_dirty; });
-    bool grace_over = false;
-    while (!g_grace_ends.empty() && *g_grace_ends.begin() <= time(nullptr)) {
+    std::vector<uint32_t> grace_over;
+    while (!g_grace_ends.empty() && g_grace_ends.begin()->first <= time(nullptr)) {
+      grace_over.push_back(g_grace_ends.begin()->second);
       g_grace_ends.erase(g_grace_ends.begin());
-      grace_over = true;
     }
-    if (grace_over) {
+    if (!grace_over.empty()) {
       l.unlock();
-      schedule(false);  // only signals the scheduler thread; takes no slurmctld lock
+      end_grace(grace_over);
       l.lock();
     }
     if (time(nullptr) - last_sweep >= 60) {
@@ -201,7 +221,7 @@ uint32_t grace_and_count(job_record_t* job) {
     std::lock_guard<std::mutex> l(g_mu);
     g_ledger->record(job->job_id, now);
     e.count_in_window = g_ledger->count_in_window(job->job_id, now);
-    if (e.grace_seconds) g_grace_ends.insert(now + e.grace_seconds);
+    if (e.grace_seconds) g_grace_ends.insert({now + e.grace_seconds, job->job_id});
     g_dirty = true;
   }
   g_cv.notify_one();
