@@ -57,7 +57,13 @@ bool g_stop = false;                      // GUARDED_BY(g_mu)
 // the scheduler next tries the preemptor after the grace has run out, which
 // can be a whole sched_interval (60 s by default) later; the worker wakes
 // the scheduler at each deadline instead.
-std::multiset<std::pair<time_t, uint32_t>> g_grace_ends;  // GUARDED_BY(g_mu)
+struct GraceEnd {
+  time_t deadline;
+  uint32_t victim;
+  uint32_t preemptor;  // 0: unknown
+  bool operator<(const GraceEnd& o) const { return deadline < o.deadline; }
+};
+std::multiset<GraceEnd> g_grace_ends;  // GUARDED_BY(g_mu)
 std::condition_variable g_cv;
 std::thread g_worker;
 
@@ -148,20 +154,29 @@ void forget_ended_jobs() {
   g_dirty = true;
 }
 
-// The policy's "kill at the end of the grace": SIGKILL to the batch steps
-// of victims whose grace ran out, then wake the scheduler, which requeues
-// or cancels them and starts the preemptor.  Without the kill slurmd would
-// give a job that ignored SIGTERM another 5 s (MAX(kill_wait, 5)).
-void end_grace(const std::vector<uint32_t>& jobs) {
+// The policy's "kill at the end of the grace", on time.  Slurm itself
+// finishes a preemption only when a later scheduling pass (sched_interval,
+// 60 s by default) or job_time_limit() (every 30 s) looks again, and then
+// slurmd gives a job that ignored SIGTERM another 5 s (MAX(kill_wait, 5)).
+// Here, under the locks job_time_limit() takes: SIGKILL the batch step,
+// then requeue or cancel through Slurm's own slurm_job_preempt() in the same
+// lock hold (so the dying script's completion cannot be taken for a normal
+// end), and stamp the preemptor's preempt_start_time as node_scheduler.c
+// does, so the next pass waits for these resources instead of choosing
+// another victim.  Then wake the scheduler.
+void end_grace(const std::vector<GraceEnd>& due) {
   slurmctld_lock_t lock = {.conf = READ_LOCK, .job = WRITE_LOCK, .node = WRITE_LOCK,
-                           .fed = READ_LOCK};
+                           .part = READ_LOCK, .fed = READ_LOCK};
   lock_slurmctld(lock);
   time_t now = time(nullptr);
-  for (uint32_t id : jobs) {
-    job_record_t* job = find_job_record(id);
-    if (job && IS_JOB_RUNNING(job) && job->preempt_time && job->batch_flag &&
-        now >= job->end_time)
-      job_signal(job, SIGKILL, KILL_JOB_BATCH, 0, false);
+  for (const GraceEnd& g : due) {
+    job_record_t* job = find_job_record(g.victim);
+    if (!job || !IS_JOB_RUNNING(job) || !job->preempt_time || now < job->end_time) continue;
+    job_record_t* preemptor = g.preemptor ? find_job_record(g.preemptor) : nullptr;
+    if (job->batch_flag) job_signal(job, SIGKILL, KILL_JOB_BATCH, 0, false);
+    slurm_job_preempt(job, preemptor, slurm_job_preempt_mode(job), false);
+    if (preemptor && IS_JOB_PENDING(preemptor) && preemptor->details)
+      preemptor->details->preempt_start_time = now;
   }
   unlock_slurmctld(lock);
   schedule(false);  // only signals the scheduler thread
@@ -174,12 +189,12 @@ void worker() {
   while (!g_stop) {
     auto wake = Clock::now() + std::chrono::seconds(5);
     if (!g_grace_ends.empty())
-      wake = std::min(wake, Clock::from_time_t(g_grace_ends.begin()->first) +
+      wake = std::min(wake, Clock::from_time_t(g_grace_ends.begin()->deadline) +
                                 std::chrono::milliseconds(50));
     g_cv.wait_until(l, wake, [] { return g_stop || g_dirty; });
-    std::vector<uint32_t> grace_over;
-    while (!g_grace_ends.empty() && g_grace_ends.begin()->first <= time(nullptr)) {
-      grace_over.push_back(g_grace_ends.begin()->second);
+    std::vector<GraceEnd> grace_over;
+    while (!g_grace_ends.empty() && g_grace_ends.begin()->deadline <= time(nullptr)) {
+      grace_over.push_back(*g_grace_ends.begin());
       g_grace_ends.erase(g_grace_ends.begin());
     }
     if (!grace_over.empty()) {
@@ -221,7 +236,9 @@ uint32_t grace_and_count(job_record_t* job) {
     std::lock_guard<std::mutex> l(g_mu);
     g_ledger->record(job->job_id, now);
     e.count_in_window = g_ledger->count_in_window(job->job_id, now);
-    if (e.grace_seconds) g_grace_ends.insert({now + e.grace_seconds, job->job_id});
+    if (e.grace_seconds)
+      g_grace_ends.insert({now + static_cast<time_t>(e.grace_seconds), job->job_id,
+                           e.preemptor_job});
     g_dirty = true;
   }
   g_cv.notify_one();
@@ -276,6 +293,9 @@ PLANC_EXPORT int init(void) {
   }
 }
 
+// Slurm calls fini() on shutdown, and with all its write locks held when
+// PreemptType changes on reconfigure (read_config.c); the worker may be
+// waiting for those locks, so change PreemptType only by a restart.
 PLANC_EXPORT void fini(void) {
   try {
     {
