@@ -10,6 +10,7 @@
 #define PLANC_COMMON_TIER_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -73,6 +74,35 @@ class TierTable {
 
  private:
   std::array<Tier, kTierCount> tiers_;
+};
+
+// Memoises TierTable::find_by_qos by QoS id.  Slurm's preempt plugin is
+// asked about every job in slurmctld's list for each job it tries, tens of
+// thousands of times a scheduling pass, and comparing names was most of the
+// cost.  QoS ids are small integers that slurmdbd does not reuse for
+// another name.  Lock-free; safe from any thread; `table` must outlive it.
+class QosTierCache {
+ public:
+  explicit QosTierCache(const TierTable& table) : table_(table) {
+    for (auto& slot : slots_) slot.store(kUnknown, std::memory_order_relaxed);
+  }
+  // `name` is only read the first time an id is seen.
+  const Tier* lookup(uint32_t qos_id, const char* name) const {
+    if (qos_id >= kSlots) return name ? table_.find_by_qos(name) : nullptr;
+    int8_t v = slots_[qos_id].load(std::memory_order_relaxed);
+    if (v == kUnknown) {
+      const Tier* t = name ? table_.find_by_qos(name) : nullptr;
+      v = t ? static_cast<int8_t>(tier_index(t->id)) : kNotATier;
+      slots_[qos_id].store(v, std::memory_order_relaxed);
+    }
+    return v < 0 ? nullptr : &table_.tier(static_cast<TierId>(v));
+  }
+
+ private:
+  static constexpr int8_t kUnknown = -2, kNotATier = -1;
+  static constexpr size_t kSlots = 4096;
+  const TierTable& table_;
+  mutable std::array<std::atomic<int8_t>, kSlots> slots_;
 };
 
 // Parses "P0".."P3" (case-insensitive) into a TierId.

@@ -47,11 +47,15 @@ using planc::Tier;
 using planc::TierId;
 
 std::shared_ptr<const planc::PlancConfig> g_config;
+std::unique_ptr<planc::QosTierCache> g_tiers;  // over g_config->tiers
 std::string g_state_path;
 
 std::mutex g_mu;
 std::unique_ptr<PreemptLedger> g_ledger;  // GUARDED_BY(g_mu)
 bool g_dirty = false;                     // GUARDED_BY(g_mu)
+// True while no job has a counted preemption: the preemptable check then
+// needs no lock.  Written under g_mu.
+std::atomic<bool> g_ledger_empty{true};
 bool g_stop = false;                      // GUARDED_BY(g_mu)
 // Ends of grace periods in progress.  Slurm finishes a preemption only when
 // the scheduler next tries the preemptor after the grace has run out, which
@@ -137,6 +141,7 @@ void forget_ended_jobs() {
   {
     std::lock_guard<std::mutex> l(g_mu);
     g_ledger->prune(time(nullptr));
+    g_ledger_empty.store(g_ledger->size() == 0);
     ids = g_ledger->job_ids();
   }
   if (ids.empty()) return;
@@ -151,6 +156,7 @@ void forget_ended_jobs() {
   if (ended.empty()) return;
   std::lock_guard<std::mutex> l(g_mu);
   for (uint32_t id : ended) g_ledger->forget(id);
+  g_ledger_empty.store(g_ledger->size() == 0);
   g_dirty = true;
 }
 
@@ -235,6 +241,7 @@ uint32_t grace_and_count(job_record_t* job) {
   {
     std::lock_guard<std::mutex> l(g_mu);
     g_ledger->record(job->job_id, now);
+    g_ledger_empty.store(false);
     e.count_in_window = g_ledger->count_in_window(job->job_id, now);
     if (e.grace_seconds)
       g_grace_ends.insert({now + static_cast<time_t>(e.grace_seconds), job->job_id,
@@ -282,7 +289,9 @@ PLANC_EXPORT int init(void) {
     g_state_path = std::string(slurm_conf.state_save_location ? slurm_conf.state_save_location
                                                               : ".") +
                    "/" + kStateFile;
+    g_tiers = std::make_unique<planc::QosTierCache>(g_config->tiers);
     g_ledger = load_state(*g_config);
+    g_ledger_empty.store(g_ledger->size() == 0);
     g_stop = false;
     g_worker = std::thread(worker);
     verbose("%s loaded", plugin_type);
@@ -309,17 +318,18 @@ PLANC_EXPORT void fini(void) {
     error("%s: fini: %s", plugin_type, e.what());
   }
   g_ledger.reset();
+  g_tiers.reset();
   g_config.reset();
 }
 
 PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* preemptor) {
   try {
-    const planc::PlancConfig& cfg = *g_config;
-    const Tier* ee = planc::slurm::job_tier(cfg, preemptee);
-    const Tier* er = planc::slurm::job_tier(cfg, preemptor);
-    if (!ee || !er || !cfg.tiers.can_preempt(er->id, ee->id)) return false;
+    const Tier* ee = planc::slurm::job_tier(*g_tiers, preemptee);
+    const Tier* er = planc::slurm::job_tier(*g_tiers, preemptor);
+    if (!ee || !er || !g_config->tiers.can_preempt(er->id, ee->id)) return false;
     g_last_preemptor = preemptor->job_id;
     g_last_preemptor_tier = er->id;
+    if (g_ledger_empty.load(std::memory_order_relaxed)) return true;
     std::lock_guard<std::mutex> l(g_mu);
     return !g_ledger->capped(preemptee->job_id, time(nullptr));
   } catch (...) {
@@ -335,13 +345,12 @@ PLANC_EXPORT bool preempt_p_job_preempt_check(job_queue_rec_t* preemptor,
 PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_type_t data_type,
                                     void* data) {
   try {
-    const planc::PlancConfig& cfg = *g_config;
     switch (data_type) {
       case PREEMPT_DATA_ENABLED:
         *static_cast<bool*>(data) = slurm_conf.preempt_mode != PREEMPT_MODE_OFF;
         return SLURM_SUCCESS;
       case PREEMPT_DATA_MODE: {
-        const Tier* t = planc::slurm::job_tier(cfg, job_ptr);
+        const Tier* t = planc::slurm::job_tier(*g_tiers, job_ptr);
         uint16_t mode = PREEMPT_MODE_OFF;
         if (t && t->preemptible)
           mode = (job_ptr->details && job_ptr->details->requeue) ? PREEMPT_MODE_REQUEUE
@@ -356,12 +365,12 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
           *static_cast<uint32_t*>(data) = planc::kInGraceRank;
           return SLURM_SUCCESS;
         }
-        const Tier* t = planc::slurm::job_tier(cfg, job_ptr);
+        const Tier* t = planc::slurm::job_tier(*g_tiers, job_ptr);
         time_t now = time(nullptr);
         planc::VictimFacts v{t ? t->id : TierId::kP0, 0, 0};
         if (job_ptr->start_time && now > job_ptr->start_time)
           v.run_seconds = static_cast<uint32_t>(now - job_ptr->start_time);
-        {
+        if (!g_ledger_empty.load(std::memory_order_relaxed)) {
           std::lock_guard<std::mutex> l(g_mu);
           v.recent_preemptions = g_ledger->count_in_window(job_ptr->job_id, now);
         }

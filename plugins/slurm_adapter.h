@@ -31,6 +31,12 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
 // a tier.  No allocation: safe on the preemption hot path.
 const Tier* job_tier(const PlancConfig& cfg, const job_record_t* job);
 
+// The same through a QosTierCache (common/tier.h): the hot-path version.
+inline const Tier* job_tier(const QosTierCache& cache, const job_record_t* job) {
+  if (!job || !job->qos_ptr) return nullptr;
+  return cache.lookup(job->qos_ptr->id, job->qos_ptr->name);
+}
+
 // Writes a successful decision into the job description.
 void apply_decision(const SubmitDecision& d, job_desc_msg_t* desc);
 

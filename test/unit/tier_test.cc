@@ -111,6 +111,17 @@ TEST(TierTableTest, ValidateCatchesInconsistentTables) {
   }
 }
 
+TEST(QosTierCacheTest, RemembersByIdAndReadsTheNameOnce) {
+  TierTable t = TierTable::defaults();
+  QosTierCache cache(t);
+  EXPECT_EQ(cache.lookup(7, "p2-spot"), &t.tier(TierId::kP2));
+  EXPECT_EQ(cache.lookup(7, nullptr), &t.tier(TierId::kP2));  // from memory
+  EXPECT_EQ(cache.lookup(8, "normal"), nullptr);
+  EXPECT_EQ(cache.lookup(8, "p3-spot"), nullptr);  // id 8 is known not a tier
+  EXPECT_EQ(cache.lookup(100000, "P0-LEASE"), &t.tier(TierId::kP0));  // beyond the table
+  EXPECT_EQ(cache.lookup(9, nullptr), nullptr);
+}
+
 TEST(TierTableTest, ParseLabel) {
   EXPECT_EQ(parse_tier_label("p3"), TierId::kP3);
   EXPECT_EQ(parse_tier_label("P0"), TierId::kP0);
