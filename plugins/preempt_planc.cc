@@ -223,9 +223,13 @@ void worker() {
   }
 }
 
+// What Slurm does to a victim: requeue when the job may be requeued, else
+// cancel.  One place, so the owner's note says what PREEMPT_DATA_MODE chose.
+bool requeues(const job_record_t* job) { return job->details && job->details->requeue; }
+
 uint32_t grace_and_count(job_record_t* job) {
   const planc::PlancConfig& cfg = *g_config;
-  const Tier* victim = planc::slurm::job_tier(cfg, job);
+  const Tier* victim = planc::slurm::job_tier(*g_tiers, job);
   if (!victim) return 0;
   time_t now = time(nullptr);
   planc::PreemptionEvent e;
@@ -233,7 +237,7 @@ uint32_t grace_and_count(job_record_t* job) {
   e.victim_tier = victim->id;
   e.when = now;
   e.grace_seconds = victim->grace_seconds;
-  e.requeue = job->details && job->details->requeue;
+  e.requeue = requeues(job);
   if (g_last_preemptor && cfg.tiers.can_preempt(g_last_preemptor_tier, victim->id)) {
     e.preemptor_job = g_last_preemptor;
     e.preemptor_tier = g_last_preemptor_tier;
@@ -353,8 +357,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         const Tier* t = planc::slurm::job_tier(*g_tiers, job_ptr);
         uint16_t mode = PREEMPT_MODE_OFF;
         if (t && t->preemptible)
-          mode = (job_ptr->details && job_ptr->details->requeue) ? PREEMPT_MODE_REQUEUE
-                                                                 : PREEMPT_MODE_CANCEL;
+          mode = requeues(job_ptr) ? PREEMPT_MODE_REQUEUE : PREEMPT_MODE_CANCEL;
         *static_cast<uint16_t*>(data) = mode;
         return SLURM_SUCCESS;
       }

@@ -6,25 +6,16 @@ what those users would see.
 """
 import os
 import subprocess
+import sys
 import time
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from planc_env import cluster_env  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER = os.path.join(ROOT, "test", "cluster", "planc-cluster")
-
-
-def cluster_env(overrides=None):
-    base = dict(os.environ, **(overrides or {}))
-    out = subprocess.run([CLUSTER, "env"], check=True, capture_output=True, text=True,
-                         env=base).stdout
-    env = dict(base)
-    for line in out.splitlines():
-        line = line.strip()
-        if line.startswith("export ") and "=" in line:
-            k, v = line[len("export "):].split("=", 1)
-            env[k] = v.strip("'\"")
-    return env
 
 
 class Cluster:
