@@ -238,6 +238,12 @@ class Parser {
         ok = price_value(p, &cfg_.prices.core_hour);
       } else if (k == "memgibhourprice") {
         ok = price_value(p, &cfg_.prices.mem_gib_hour);
+      } else if (k == "cardweight") {
+        ok = type_map(p, "WEIGHT", "1g.10gb:0.142857", kMicrosPerUnit, &cfg_.prices.card_weight);
+      } else if (k == "mpspercard") {
+        ok = uint_value(p, 1, 1000000, &cfg_.prices.mps_per_card);
+      } else if (k == "shardspercard") {
+        ok = uint_value(p, 1, 1000000, &cfg_.prices.shards_per_card);
       } else {
         return bad(p, "unknown key (valid keys: " + std::string(kGlobalKeys) +
                           "; and Tier lines with " + std::string(kTierKeys) + ")");
@@ -248,18 +254,27 @@ class Parser {
   }
 
   bool card_prices(const Pair& p) {
-    std::map<std::string, Micros> prices;
+    return type_map(p, "PRICE", "h800:20.00", 0, &cfg_.prices.card_hour);
+  }
+
+  // TYPE:VALUE[,TYPE:VALUE...] with decimal values; max 0 means no upper
+  // bound, else values must be above 0 and at most max.
+  bool type_map(const Pair& p, const std::string& what, const std::string& example, Micros max,
+                std::map<std::string, Micros>* out) {
+    std::map<std::string, Micros> values;
     auto items = split_list(p.value);
-    if (items.empty()) return bad(p, "expected TYPE:PRICE[,TYPE:PRICE...], e.g. h800:20.00");
+    if (items.empty()) return bad(p, "expected TYPE:" + what + "[,TYPE:" + what + "...], e.g. " + example);
     for (const std::string& item : items) {
       size_t colon = item.find(':');
       if (colon == std::string::npos || colon == 0)
-        return bad(p, "'" + item + "' is not TYPE:PRICE (e.g. h800:20.00)");
+        return bad(p, "'" + item + "' is not TYPE:" + what + " (e.g. " + example + ")");
       auto m = parse_decimal_micros(item.substr(colon + 1));
-      if (!m) return bad(p, "'" + item.substr(colon + 1) + "' in '" + item + "' is not a price");
-      prices[lower(item.substr(0, colon))] = *m;
+      if (!m || (max && (*m == 0 || *m > max)))
+        return bad(p, "'" + item.substr(colon + 1) + "' in '" + item + "' is not a valid " +
+                          lower(what) + (max ? " (above 0, at most " + format_micros(max) + ")" : ""));
+      values[lower(item.substr(0, colon))] = *m;
     }
-    cfg_.prices.card_hour = std::move(prices);
+    *out = std::move(values);
     return true;
   }
 
@@ -341,7 +356,7 @@ class Parser {
       "PreemptMaxCount, PreemptWindow, "
       "StarvationThreshold, StarvationInterval, StarvationMaxPerInterval, Currency, "
       "CardHourPrice, DefaultCardHourPrice, CardHourPriceFloor, CoreHourPrice, "
-      "MemGiBHourPrice";
+      "MemGiBHourPrice, CardWeight, MpsPerCard, ShardsPerCard";
   static constexpr const char* kTierKeys =
       "QOS, Product, Aliases, Priority, Preemptible, Preempts, GraceTime, PriceFactor";
 

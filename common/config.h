@@ -41,6 +41,14 @@ struct Prices {
   Micros card_hour_floor = 10 * kMicrosPerUnit;
   Micros core_hour = 100000;     // 0.10
   Micros mem_gib_hour = 10000;   // 0.01
+  // Fractional GPUs.  A gres/gpu type listed here is that share of a card
+  // (MIG profiles: 1g.10gb is 1/7 of an H800/A100); other types are whole
+  // cards.  gres/mps counts MpsPerCard per card; gres/shard ShardsPerCard
+  // per card (as gres.conf configures; 0 = not set, shards then bill no
+  // cards and the bill's note says so).
+  std::map<std::string, Micros> card_weight;
+  uint32_t mps_per_card = 100;
+  uint32_t shards_per_card = 0;
 };
 
 struct PlancConfig {

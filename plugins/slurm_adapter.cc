@@ -56,17 +56,6 @@ Requeue requeue_of(uint16_t v) {
 
 }  // namespace
 
-std::shared_ptr<const PlancConfig> load_plugin_config(const char* plugin_type) {
-  std::string path = planc_conf_path(str(slurm_conf.slurm_conf));
-  Result<PlancConfig> r = load_config(path);
-  if (!r.ok()) {
-    error("%s: %s", plugin_type, r.error().c_str());
-    return nullptr;
-  }
-  info("%s: loaded %s", plugin_type, path.c_str());
-  return std::make_shared<const PlancConfig>(std::move(r).value());
-}
-
 SubmitRequest submit_request(const PlancConfig& cfg, const job_desc_msg_t* desc) {
   SubmitRequest req;
   req.requested_qos = str(desc->qos);

@@ -9,10 +9,14 @@
 
 #include <memory>
 
+#include "common/billing.h"
 #include "common/config.h"
 #include "common/submit_policy.h"
 
 namespace planc::slurm {
+
+// Defined in slurm_adapter_job.cc (libslurm only): load_plugin_config,
+// segment_of.  The rest in slurm_adapter.cc (slurmctld's symbols).
 
 // Loads planc.conf (beside slurm.conf, or $PLANC_CONF).  On failure logs
 // one error line "<plugin_type>: <file>:<line>: key '<Key>': ..." and
@@ -36,6 +40,12 @@ inline const Tier* job_tier(const QosTierCache& cache, const job_record_t* job) 
   if (!job || !job->qos_ptr) return nullptr;
   return cache.lookup(job->qos_ptr->id, job->qos_ptr->name);
 }
+
+// The run segment that just ended, as jobcomp sees the job in
+// job_completion_logger (job write lock held).  Copies strings only: no
+// lookups, no I/O (user names come from job->user_name; a missing one is
+// resolved later, outside the lock).
+Segment segment_of(const job_record_t* job);
 
 // Writes a successful decision into the job description.
 void apply_decision(const SubmitDecision& d, job_desc_msg_t* desc);

@@ -1,0 +1,390 @@
+#include "common/bill_store.h"
+
+#include <libpq-fe.h>
+
+#include <cstdio>
+#include <ctime>
+#include <set>
+#include <tuple>
+
+namespace planc {
+namespace {
+
+constexpr const char* kBillColumns =
+    "cluster, job_id, start_time, end_time, segment, array_job_id, array_task_id, het_job_id, "
+    "het_job_offset, submit_time, uid, user_name, account, tier, qos, partition, nodes, "
+    "node_count, state, exit_code, job_name, tres_req, tres_alloc, cpus, mem_mib, gpu_cards, "
+    "gpu_detail, billable_seconds, card_seconds, core_seconds, mem_gib_seconds, currency, "
+    "card_hour_price, core_hour_price, mem_gib_hour_price, tier_factor, amount_minor, "
+    "zero_reason, note, admin_comment, source";
+
+// Staging tables live for the connection; ON COMMIT DELETE ROWS empties
+// them at the end of every batch.
+constexpr const char* kStageSql =
+    "CREATE TEMP TABLE IF NOT EXISTS stage_bill (LIKE planc.bill INCLUDING DEFAULTS) ON COMMIT DELETE ROWS;"
+    "CREATE TEMP TABLE IF NOT EXISTS stage_slice ("
+    "  cluster text, job_id bigint, start_time timestamptz, hour timestamptz,"
+    "  card_seconds numeric, core_seconds bigint, mem_gib_seconds numeric,"
+    "  amount_minor bigint) ON COMMIT DELETE ROWS;";
+
+// New bills only (RETURNING gives the rows actually inserted), then their
+// slices summed into the hourly table.
+constexpr const char* kMergeSql =
+    "WITH ins AS ("
+    "  INSERT INTO planc.bill SELECT * FROM stage_bill"
+    "  ON CONFLICT (cluster, job_id, start_time) DO NOTHING"
+    "  RETURNING cluster, job_id, start_time, account, user_name, tier),"
+    " up AS ("
+    "  INSERT INTO planc.usage_hourly AS u (hour, cluster, account, user_name, tier,"
+    "    card_seconds, core_seconds, mem_gib_seconds, amount_minor, segments)"
+    "  SELECT s.hour, i.cluster, i.account, i.user_name, i.tier, sum(s.card_seconds),"
+    "    sum(s.core_seconds), sum(s.mem_gib_seconds), sum(s.amount_minor), count(*)"
+    "  FROM stage_slice s JOIN ins i USING (cluster, job_id, start_time)"
+    "  GROUP BY 1, 2, 3, 4, 5"
+    "  ON CONFLICT (hour, cluster, account, user_name, tier) DO UPDATE SET"
+    "    card_seconds = u.card_seconds + excluded.card_seconds,"
+    "    core_seconds = u.core_seconds + excluded.core_seconds,"
+    "    mem_gib_seconds = u.mem_gib_seconds + excluded.mem_gib_seconds,"
+    "    amount_minor = u.amount_minor + excluded.amount_minor,"
+    "    segments = u.segments + excluded.segments"
+    "  RETURNING 1)"
+    " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM up)";
+
+// COPY text format: tab-separated, \N is NULL, backslash escapes.
+void field(std::string& row, std::string_view v) {
+  if (!row.empty()) row += '\t';
+  for (char c : v) {
+    switch (c) {
+      case '\\': row += "\\\\"; break;
+      case '\t': row += "\\t"; break;
+      case '\n': row += "\\n"; break;
+      case '\r': row += "\\r"; break;
+      default: row += c;
+    }
+  }
+}
+void field(std::string& row, int64_t v) { field(row, std::to_string(v)); }
+void null_field(std::string& row) {
+  if (!row.empty()) row += '\t';
+  row += "\\N";
+}
+void id_field(std::string& row, uint32_t v, uint32_t none) {
+  if (v == none) null_field(row);
+  else field(row, static_cast<int64_t>(v));
+}
+
+// Exact decimal of mib_seconds / 1024 (1/1024 has 10 decimals).
+std::string gib_seconds(int64_t mib_seconds) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%lld.%010lld", static_cast<long long>(mib_seconds / 1024),
+                static_cast<long long>((mib_seconds % 1024) * 9765625LL));
+  return buf;
+}
+
+std::string bill_row(const Bill& b, const std::string& source) {
+  const Segment& s = b.seg;
+  std::string r;
+  field(r, s.cluster);
+  field(r, s.job_id);
+  field(r, pg_timestamp(s.start_time));
+  field(r, pg_timestamp(s.end_time));
+  field(r, s.segment);
+  if (s.array_job_id) field(r, s.array_job_id); else null_field(r);
+  id_field(r, s.array_task_id, kNoId);
+  if (s.het_job_id) field(r, s.het_job_id); else null_field(r);
+  id_field(r, s.het_job_offset, kNoId);
+  if (s.submit_time) field(r, pg_timestamp(s.submit_time)); else null_field(r);
+  field(r, s.uid);
+  field(r, s.user);
+  field(r, s.account);
+  field(r, b.tier);
+  field(r, s.qos);
+  field(r, s.partition);
+  field(r, s.nodes);
+  field(r, s.node_count);
+  field(r, s.state);
+  field(r, s.exit_code);
+  field(r, s.job_name);
+  field(r, s.tres_req);
+  field(r, s.tres_alloc);
+  field(r, s.cpus);
+  field(r, static_cast<int64_t>(s.mem_mib));
+  field(r, format_card_seconds(b.card_micros));
+  field(r, b.gpu_detail);
+  field(r, b.billable_seconds);
+  field(r, format_card_seconds(b.card_micro_seconds));
+  field(r, b.core_seconds);
+  field(r, gib_seconds(b.mem_mib_seconds));
+  field(r, b.currency);
+  if (b.card_hour_price < 0) null_field(r); else field(r, format_micros(b.card_hour_price));
+  field(r, format_micros(b.core_hour_price));
+  field(r, format_micros(b.mem_gib_hour_price));
+  char factor[16];
+  std::snprintf(factor, sizeof factor, "%u.%03u", b.price_permille / 1000, b.price_permille % 1000);
+  field(r, factor);
+  field(r, b.amount_minor);
+  field(r, b.zero_reason);
+  field(r, b.note);
+  field(r, s.admin_comment);
+  field(r, source);
+  r += '\n';
+  return r;
+}
+
+std::string error_of(pg_conn* c, const char* what) {
+  std::string m = PQerrorMessage(c);
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  return std::string(what) + ": " + m;
+}
+
+// Parses "123.456789" (numeric(…,6)) into micro units.
+int64_t micros_of(const char* s) {
+  long long whole = 0, frac = 0;
+  int digits = 0;
+  const char* p = s;
+  bool neg = *p == '-';
+  if (neg) p++;
+  for (; *p && *p != '.'; p++) whole = whole * 10 + (*p - '0');
+  if (*p == '.')
+    for (p++; *p && digits < 6; p++, digits++) frac = frac * 10 + (*p - '0');
+  for (; digits < 6; digits++) frac *= 10;
+  int64_t v = whole * 1000000 + frac;
+  return neg ? -v : v;
+}
+
+}  // namespace
+
+std::string pg_timestamp(int64_t t) {
+  time_t tt = static_cast<time_t>(t);
+  struct tm tm;
+  gmtime_r(&tt, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S+00", &tm);
+  return buf;
+}
+
+BillStore::BillStore(std::string conninfo, std::string as_user)
+    : conninfo_(std::move(conninfo)), as_user_(std::move(as_user)) {}
+BillStore::~BillStore() { disconnect(); }
+
+bool BillStore::connected() const { return conn_ && PQstatus(conn_) == CONNECTION_OK; }
+
+void BillStore::disconnect() {
+  if (conn_) PQfinish(conn_);
+  conn_ = nullptr;
+  staged_ = false;
+}
+
+Result<bool> BillStore::connect() {
+  if (connected()) return true;
+  disconnect();
+  // dbname is expanded as a whole connection string; a later user= wins.
+  const char* keys[] = {"dbname", as_user_.empty() ? nullptr : "user", nullptr};
+  const char* values[] = {conninfo_.c_str(), as_user_.c_str(), nullptr};
+  conn_ = PQconnectdbParams(keys, values, 1);
+  if (PQstatus(conn_) != CONNECTION_OK) {
+    std::string e = error_of(conn_, "cannot connect to PostgreSQL");
+    disconnect();
+    return Result<bool>::failure(e);
+  }
+  // Times are exchanged as UTC text; make the session agree.
+  return exec("SET TIME ZONE 'UTC'");
+}
+
+Result<bool> BillStore::exec(const char* sql) {
+  PGresult* r = PQexec(conn_, sql);
+  bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+  std::string e = ok ? "" : error_of(conn_, "PostgreSQL");
+  PQclear(r);
+  if (!ok) return Result<bool>::failure(e);
+  return true;
+}
+
+Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::string& source) {
+  using R = Result<size_t>;
+  if (bills.empty()) return size_t{0};
+  if (auto c = connect(); !c.ok()) return R::failure(c.error());
+  if (!staged_) {
+    if (auto r = exec(kStageSql); !r.ok()) return R::failure(r.error());
+    staged_ = true;
+  }
+  auto fail = [this](const std::string& e) {
+    PQclear(PQexec(conn_, "ROLLBACK"));
+    return R::failure(e);
+  };
+  if (auto r = exec("BEGIN"); !r.ok()) return R::failure(r.error());
+
+  // The same segment can be in one batch twice (a replayed spool file next
+  // to its original): keep the first, or its slices would count twice.
+  std::set<std::tuple<std::string, uint32_t, int64_t>> keys;
+  std::string bill_data, slice_data;
+  for (const Bill& b : bills) {
+    if (!keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time).second) continue;
+    bill_data += bill_row(b, source);
+    for (const HourSlice& h : split_by_hour(b)) {
+      std::string r;
+      field(r, b.seg.cluster);
+      field(r, b.seg.job_id);
+      field(r, pg_timestamp(b.seg.start_time));
+      field(r, pg_timestamp(h.hour));
+      field(r, format_card_seconds(h.card_micro_seconds));
+      field(r, h.core_seconds);
+      field(r, gib_seconds(h.mem_mib_seconds));
+      field(r, h.amount_minor);
+      slice_data += r + '\n';
+    }
+  }
+  auto copy = [this](const std::string& sql, const std::string& data) -> Result<bool> {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    bool ok = PQresultStatus(r) == PGRES_COPY_IN;
+    PQclear(r);
+    if (!ok) return Result<bool>::failure(error_of(conn_, "COPY"));
+    if (PQputCopyData(conn_, data.data(), static_cast<int>(data.size())) != 1 ||
+        PQputCopyEnd(conn_, nullptr) != 1)
+      return Result<bool>::failure(error_of(conn_, "COPY data"));
+    r = PQgetResult(conn_);
+    ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    while ((r = PQgetResult(conn_))) PQclear(r);
+    if (!ok) return Result<bool>::failure(error_of(conn_, "COPY"));
+    return true;
+  };
+  if (auto r = copy(std::string("COPY stage_bill (") + kBillColumns + ") FROM STDIN", bill_data);
+      !r.ok())
+    return fail(r.error());
+  if (auto r = copy("COPY stage_slice FROM STDIN", slice_data); !r.ok()) return fail(r.error());
+  PGresult* m = PQexec(conn_, kMergeSql);
+  if (PQresultStatus(m) != PGRES_TUPLES_OK) {
+    std::string e = error_of(conn_, "storing bills");
+    PQclear(m);
+    return fail(e);
+  }
+  size_t inserted = static_cast<size_t>(std::strtoull(PQgetvalue(m, 0, 0), nullptr, 10));
+  PQclear(m);
+  if (auto r = exec("COMMIT"); !r.ok()) return R::failure(r.error());
+  return inserted;
+}
+
+Result<std::vector<std::vector<std::string>>> BillStore::rows(
+    const std::string& sql, const std::vector<std::string>& params,
+    std::vector<std::string>* columns) {
+  using R = Result<std::vector<std::vector<std::string>>>;
+  if (auto c = connect(); !c.ok()) return R::failure(c.error());
+  std::vector<const char*> values;
+  for (const std::string& p : params) values.push_back(p.c_str());
+  PGresult* r = PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                             values.data(), nullptr, nullptr, 0);
+  if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+    std::string e = error_of(conn_, "query");
+    PQclear(r);
+    return R::failure(e);
+  }
+  std::vector<std::vector<std::string>> out;
+  int nf = PQnfields(r);
+  if (columns) {
+    columns->clear();
+    for (int j = 0; j < nf; j++) columns->emplace_back(PQfname(r, j));
+  }
+  for (int i = 0; i < PQntuples(r); i++) {
+    std::vector<std::string> row;
+    for (int j = 0; j < nf; j++) row.emplace_back(PQgetvalue(r, i, j));
+    out.push_back(std::move(row));
+  }
+  PQclear(r);
+  return out;
+}
+
+Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
+  using R = Result<std::vector<Bill>>;
+  std::string sql =
+      "SELECT cluster, job_id, extract(epoch FROM start_time)::bigint,"
+      " extract(epoch FROM end_time)::bigint, segment, coalesce(array_job_id, 0),"
+      " coalesce(array_task_id, 4294967294), coalesce(het_job_id, 0),"
+      " coalesce(het_job_offset, 4294967294), coalesce(extract(epoch FROM submit_time)::bigint, 0),"
+      " uid, user_name, account, tier, qos, partition, nodes, node_count, state, exit_code,"
+      " job_name, tres_req, tres_alloc, cpus, mem_mib, billable_seconds, card_seconds,"
+      " core_seconds, amount_minor, zero_reason, currency, admin_comment"
+      " FROM planc.bill WHERE true";
+  std::vector<std::string> params;
+  auto any = [&](const char* column, const char* type, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    std::string arr = "{";
+    for (size_t i = 0; i < v.size(); i++) {
+      if (i) arr += ',';
+      arr += '"';
+      for (char c : v[i]) {
+        if (c == '"' || c == '\\') arr += '\\';
+        arr += c;
+      }
+      arr += '"';
+    }
+    arr += '}';
+    params.push_back(arr);
+    sql += std::string(" AND ") + column + " = ANY($" + std::to_string(params.size()) + "::" +
+           type + "[])";
+  };
+  std::vector<std::string> uids;
+  for (uint32_t id : f.uids) uids.push_back(std::to_string(id));
+  any("uid", "bigint", uids);
+  any("user_name", "text", f.users);
+  any("account", "text", f.accounts);
+  std::vector<std::string> ids;
+  for (uint32_t id : f.job_ids) ids.push_back(std::to_string(id));
+  any("job_id", "bigint", ids);
+  any("state", "text", f.states);
+  any("partition", "text", f.partitions);
+  if (f.start) {
+    params.push_back(pg_timestamp(f.start));
+    sql += " AND end_time >= $" + std::to_string(params.size()) + "::timestamptz";
+  }
+  if (f.end) {
+    params.push_back(pg_timestamp(f.end));
+    sql += " AND start_time <= $" + std::to_string(params.size()) + "::timestamptz";
+  }
+  sql += " ORDER BY end_time, job_id";
+  auto res = rows(sql, params);
+  if (!res.ok()) return R::failure(res.error());
+  std::vector<Bill> out;
+  for (const auto& row : res.value()) {
+    Bill b;
+    Segment& s = b.seg;
+    auto u = [&](int i) { return static_cast<uint32_t>(std::strtoull(row[i].c_str(), nullptr, 10)); };
+    auto l = [&](int i) { return static_cast<int64_t>(std::strtoll(row[i].c_str(), nullptr, 10)); };
+    s.cluster = row[0];
+    s.job_id = u(1);
+    s.start_time = l(2);
+    s.end_time = l(3);
+    s.segment = u(4);
+    s.array_job_id = u(5);
+    s.array_task_id = u(6);
+    s.het_job_id = u(7);
+    s.het_job_offset = u(8);
+    s.submit_time = l(9);
+    s.uid = u(10);
+    s.user = row[11];
+    s.account = row[12];
+    b.tier = row[13];
+    s.qos = row[14];
+    s.partition = row[15];
+    s.nodes = row[16];
+    s.node_count = u(17);
+    s.state = row[18];
+    s.exit_code = u(19);
+    s.job_name = row[20];
+    s.tres_req = row[21];
+    s.tres_alloc = row[22];
+    s.cpus = u(23);
+    s.mem_mib = static_cast<uint64_t>(l(24));
+    b.billable_seconds = l(25);
+    b.card_micro_seconds = micros_of(row[26].c_str());
+    b.core_seconds = l(27);
+    b.amount_minor = l(28);
+    b.zero_reason = row[29];
+    b.currency = row[30];
+    s.admin_comment = row[31];
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+}  // namespace planc

@@ -1,0 +1,342 @@
+#include "common/billing.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstdio>
+
+namespace planc {
+namespace {
+
+using i128 = __int128;
+
+constexpr int64_t kSecondsPerHour = 3600;
+
+// Round half up of a non-negative rational num/den.
+int64_t round_half_up(i128 num, i128 den) { return static_cast<int64_t>((2 * num + den) / (2 * den)); }
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+Micros card_price(const PlancConfig& cfg, const std::string& type) {
+  auto it = cfg.prices.card_hour.find(lower(type));
+  return it == cfg.prices.card_hour.end() ? cfg.prices.default_card_hour : it->second;
+}
+
+}  // namespace
+
+int64_t card_micros_of(const PlancConfig& cfg, const GresUse& g, std::string* note) {
+  const std::string name = lower(g.name);
+  const auto count = static_cast<int64_t>(g.count);
+  if (name == "gpu") {
+    auto w = cfg.prices.card_weight.find(lower(g.type));
+    Micros weight = w == cfg.prices.card_weight.end() ? kMicrosPerUnit : w->second;
+    return count * weight;
+  }
+  if (name == "mps") return count * kMicrosPerUnit / std::max<uint32_t>(cfg.prices.mps_per_card, 1);
+  if (name == "shard") {
+    if (!cfg.prices.shards_per_card) {
+      if (note)
+        *note += "gres/shard not billed as cards: ShardsPerCard is not set in planc.conf; ";
+      return 0;
+    }
+    return count * kMicrosPerUnit / cfg.prices.shards_per_card;
+  }
+  return 0;
+}
+
+Bill price_segment(const PlancConfig& cfg, const Segment& seg) {
+  Bill b;
+  b.seg = seg;
+  b.currency = cfg.prices.currency;
+  b.core_hour_price = cfg.prices.core_hour;
+  b.mem_gib_hour_price = cfg.prices.mem_gib_hour;
+  const Tier* tier = cfg.tiers.find_by_qos(seg.qos);
+  if (tier) {
+    b.tier = tier->label;
+    b.price_permille = tier->price_permille;
+  } else {
+    b.note += "QoS '" + seg.qos + "' is not a Plan C tier: list price applied; ";
+  }
+  if (seg.ran) {
+    int64_t wall = std::max<int64_t>(seg.end_time - seg.start_time, 0);
+    b.billable_seconds = std::max<int64_t>(wall - std::max<int64_t>(seg.suspended_seconds, 0), 0);
+  }
+
+  // Cards by GPU type: each type has its own price.
+  i128 card_value = 0;  // sum of card_micro_seconds * price (micros)
+  std::string single_type;
+  bool mixed = false, any_card = false;
+  for (const GresUse& g : seg.gres) {
+    int64_t cm = card_micros_of(cfg, g, &b.note);
+    if (!cm) continue;
+    std::string type = lower(g.type);
+    if (!any_card) {
+      single_type = type;
+      any_card = true;
+    } else if (type != single_type) {
+      mixed = true;
+    }
+    b.card_micros += cm;
+    int64_t cms = cm * b.billable_seconds;
+    b.card_micro_seconds += cms;
+    card_value += static_cast<i128>(cms) * card_price(cfg, type);
+    if (!b.gpu_detail.empty()) b.gpu_detail += ",";
+    b.gpu_detail += lower(g.name) + ":" + (type.empty() ? "" : type + ":") +
+                    std::to_string(g.count) + "=" + format_card_seconds(cm) + " cards";
+  }
+  // Trim "x.000000 cards" noise is not worth it: the detail is for audit.
+  b.card_hour_price = !any_card ? 0 : mixed ? -1 : card_price(cfg, single_type);
+  b.core_seconds = static_cast<int64_t>(seg.cpus) * b.billable_seconds;
+  b.mem_mib_seconds = static_cast<int64_t>(seg.mem_mib) * b.billable_seconds;
+
+  if (!seg.ran) {
+    b.zero_reason = "never ran";
+  } else if (seg.state == "PREEMPTED" && tier && tier->preemptible) {
+    b.zero_reason = "preempted: unfinished preempted time is not billed";
+  } else if (seg.free_attempt) {
+    b.zero_reason = "free attempt after starvation upgrade";
+  } else if (b.billable_seconds == 0) {
+    b.zero_reason = "zero billable seconds";
+  }
+  if (!b.zero_reason.empty()) return b;
+
+  // Exact amount in micros = [card_value/1e6 + core_s*core_price +
+  // mem_mib_s*mem_price/1024] / 3600, times permille/1000; in minor units
+  // divide by 1e6/100 more.  One common denominator, one rounding.
+  const i128 den = static_cast<i128>(kMicrosPerUnit) * 1024 * kSecondsPerHour * 1000 *
+                   (kMicrosPerUnit / kMinorPerUnit);
+  i128 num = card_value * 1024 +
+             static_cast<i128>(b.core_seconds) * b.core_hour_price * kMicrosPerUnit * 1024 +
+             static_cast<i128>(b.mem_mib_seconds) * b.mem_gib_hour_price * kMicrosPerUnit;
+  num *= b.price_permille;
+  b.amount_minor = round_half_up(num, den);
+  return b;
+}
+
+std::vector<HourSlice> split_by_hour(const Bill& bill) {
+  std::vector<HourSlice> out;
+  const int64_t start = bill.seg.start_time, end = bill.seg.end_time;
+  const int64_t wall = end - start;
+  if (!bill.seg.ran || wall <= 0) {
+    // Nothing to spread; keep one (empty or zero-length) slice so the
+    // segment still counts in its hour.
+    HourSlice s;
+    s.hour = start - ((start % kSecondsPerHour) + kSecondsPerHour) % kSecondsPerHour;
+    s.card_micro_seconds = bill.card_micro_seconds;
+    s.core_seconds = bill.core_seconds;
+    s.mem_mib_seconds = bill.mem_mib_seconds;
+    s.amount_minor = bill.amount_minor;
+    out.push_back(s);
+    return out;
+  }
+  auto share = [wall](int64_t q, int64_t t) {
+    return static_cast<int64_t>(static_cast<i128>(q) * t / wall);
+  };
+  int64_t hour = start - ((start % kSecondsPerHour) + kSecondsPerHour) % kSecondsPerHour;
+  for (; hour < end; hour += kSecondsPerHour) {
+    int64_t a = std::max(hour, start) - start, z = std::min(hour + kSecondsPerHour, end) - start;
+    HourSlice s;
+    s.hour = hour;
+    s.seconds = z - a;
+    s.card_micro_seconds = share(bill.card_micro_seconds, z) - share(bill.card_micro_seconds, a);
+    s.core_seconds = share(bill.core_seconds, z) - share(bill.core_seconds, a);
+    s.mem_mib_seconds = share(bill.mem_mib_seconds, z) - share(bill.mem_mib_seconds, a);
+    s.amount_minor = share(bill.amount_minor, z) - share(bill.amount_minor, a);
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::string format_minor(int64_t minor) {
+  char buf[40];
+  uint64_t m = minor < 0 ? static_cast<uint64_t>(-(minor + 1)) + 1 : static_cast<uint64_t>(minor);
+  std::snprintf(buf, sizeof buf, "%s%llu.%02llu", minor < 0 ? "-" : "",
+                static_cast<unsigned long long>(m / 100), static_cast<unsigned long long>(m % 100));
+  return buf;
+}
+
+std::string format_card_seconds(int64_t cms) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%lld.%06lld", static_cast<long long>(cms / kMicrosPerUnit),
+                static_cast<long long>(cms % kMicrosPerUnit));
+  return buf;
+}
+
+// --- spool records -------------------------------------------------------------
+namespace {
+
+constexpr std::string_view kVersion = "planc-seg-1";
+
+uint32_t crc32(std::string_view s) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; i++) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xffffffffu;
+  for (unsigned char ch : s) c = table[(c ^ ch) & 0xff] ^ (c >> 8);
+  return c ^ 0xffffffffu;
+}
+
+void put(std::string& out, std::string_view v) {
+  out += '\t';
+  for (char c : v) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\t': out += "\\t"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      default: out += c;
+    }
+  }
+}
+void put(std::string& out, int64_t v) { put(out, std::to_string(v)); }
+
+std::string encode_gres(const std::vector<GresUse>& gres) {
+  std::string s;
+  for (const GresUse& g : gres) {
+    if (!s.empty()) s += ',';
+    s += g.name + ':' + g.type + ':' + std::to_string(g.count);
+  }
+  return s;
+}
+
+class Fields {
+ public:
+  explicit Fields(std::string_view body) {
+    std::string cur;
+    for (size_t i = 0; i < body.size(); i++) {
+      char c = body[i];
+      if (c == '\t') {
+        fields_.push_back(std::move(cur));
+        cur.clear();
+      } else if (c == '\\' && i + 1 < body.size()) {
+        char n = body[++i];
+        cur += n == 't' ? '\t' : n == 'n' ? '\n' : n == 'r' ? '\r' : n;
+      } else {
+        cur += c;
+      }
+    }
+    fields_.push_back(std::move(cur));
+  }
+  size_t size() const { return fields_.size(); }
+  const std::string& str(size_t i) const { return fields_[i]; }
+  bool num(size_t i, int64_t* v) const {
+    const std::string& s = fields_[i];
+    auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+    return r.ec == std::errc() && r.ptr == s.data() + s.size();
+  }
+
+ private:
+  std::vector<std::string> fields_;
+};
+
+}  // namespace
+
+std::string serialize_segment(const Segment& s) {
+  std::string body(kVersion);
+  put(body, s.cluster);
+  put(body, s.job_id);
+  put(body, s.array_job_id);
+  put(body, s.array_task_id);
+  put(body, s.het_job_id);
+  put(body, s.het_job_offset);
+  put(body, s.segment);
+  put(body, s.submit_time);
+  put(body, s.start_time);
+  put(body, s.end_time);
+  put(body, s.suspended_seconds);
+  put(body, s.uid);
+  put(body, s.user);
+  put(body, s.account);
+  put(body, s.qos);
+  put(body, s.partition);
+  put(body, s.nodes);
+  put(body, s.node_count);
+  put(body, s.state);
+  put(body, s.exit_code);
+  put(body, s.job_name);
+  put(body, s.tres_req);
+  put(body, s.tres_alloc);
+  put(body, s.cpus);
+  put(body, static_cast<int64_t>(s.mem_mib));
+  put(body, encode_gres(s.gres));
+  put(body, s.ran ? 1 : 0);
+  put(body, s.free_attempt ? 1 : 0);
+  put(body, s.admin_comment);
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "\t%08x\n", crc32(body));
+  return body + crc;
+}
+
+Result<Segment> parse_segment(std::string_view line) {
+  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  size_t tab = line.rfind('\t');
+  if (tab == std::string_view::npos || line.size() - tab != 9)
+    return Result<Segment>::failure("no checksum (torn record)");
+  std::string_view body = line.substr(0, tab);
+  char want[9];
+  std::snprintf(want, sizeof want, "%08x", crc32(body));
+  if (line.substr(tab + 1) != want) return Result<Segment>::failure("checksum mismatch");
+  Fields f(body);
+  constexpr size_t kFields = 30;
+  if (f.size() != kFields || f.str(0) != kVersion)
+    return Result<Segment>::failure("unknown record version '" + f.str(0) + "'");
+  Segment s;
+  int64_t n[kFields] = {};
+  for (size_t i : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 18, 20, 24, 25, 27, 28})
+    if (!f.num(i, &n[i])) return Result<Segment>::failure("field " + std::to_string(i) + " is not a number");
+  s.cluster = f.str(1);
+  s.job_id = static_cast<uint32_t>(n[2]);
+  s.array_job_id = static_cast<uint32_t>(n[3]);
+  s.array_task_id = static_cast<uint32_t>(n[4]);
+  s.het_job_id = static_cast<uint32_t>(n[5]);
+  s.het_job_offset = static_cast<uint32_t>(n[6]);
+  s.segment = static_cast<uint32_t>(n[7]);
+  s.submit_time = n[8];
+  s.start_time = n[9];
+  s.end_time = n[10];
+  s.suspended_seconds = n[11];
+  s.uid = static_cast<uint32_t>(n[12]);
+  s.user = f.str(13);
+  s.account = f.str(14);
+  s.qos = f.str(15);
+  s.partition = f.str(16);
+  s.nodes = f.str(17);
+  s.node_count = static_cast<uint32_t>(n[18]);
+  s.state = f.str(19);
+  s.exit_code = static_cast<uint32_t>(n[20]);
+  s.job_name = f.str(21);
+  s.tres_req = f.str(22);
+  s.tres_alloc = f.str(23);
+  s.cpus = static_cast<uint32_t>(n[24]);
+  s.mem_mib = static_cast<uint64_t>(n[25]);
+  std::string_view gres = f.str(26);
+  while (!gres.empty()) {
+    size_t comma = gres.find(',');
+    std::string_view item = gres.substr(0, comma);
+    size_t c1 = item.find(':'), c2 = item.rfind(':');
+    if (c1 == std::string_view::npos || c1 == c2)
+      return Result<Segment>::failure("bad gres item '" + std::string(item) + "'");
+    GresUse g;
+    g.name = item.substr(0, c1);
+    g.type = item.substr(c1 + 1, c2 - c1 - 1);
+    auto r = std::from_chars(item.data() + c2 + 1, item.data() + item.size(), g.count);
+    if (r.ec != std::errc()) return Result<Segment>::failure("bad gres count in '" + std::string(item) + "'");
+    s.gres.push_back(std::move(g));
+    gres = comma == std::string_view::npos ? std::string_view() : gres.substr(comma + 1);
+  }
+  s.ran = n[27] != 0;
+  s.free_attempt = n[28] != 0;
+  s.admin_comment = f.str(29);
+  return s;
+}
+
+}  // namespace planc

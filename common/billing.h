@@ -1,0 +1,137 @@
+// Billing: what one run segment of a job costs, and how it is split into
+// hours.  Pure: no Slurm, no database.  jobcomp/planc fills a Segment from
+// the job record when a run ends; the store (common/bill_store.h) writes the
+// Bill and its HourSlices; planc-bill reconcile builds Segments from sacct.
+//
+// Money is integer: prices are Micros (common/config.h); an amount is in
+// minor units (1/100 of the currency unit, e.g. fen or cents).  Rounding
+// rule: the exact amount of a whole segment, a rational number, is rounded
+// once, half up, to minor units.  Hour slices share that rounded amount so
+// they always add up to the bill (see split_by_hour).
+//
+// All functions are thread-safe (no shared state).
+#ifndef PLANC_COMMON_BILLING_H_
+#define PLANC_COMMON_BILLING_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/config.h"
+#include "common/result.h"
+
+namespace planc {
+
+inline constexpr uint32_t kNoId = 0xfffffffe;  // Slurm's NO_VAL
+inline constexpr int64_t kMinorPerUnit = 100;
+
+// One allocated generic resource, as Slurm's gres_list_alloc has it:
+// name "gpu", "mps" or "shard"; type e.g. "h800" or a MIG profile
+// "1g.10gb"; count in that gres's own units.
+struct GresUse {
+  std::string name;
+  std::string type;
+  uint64_t count = 0;
+  bool operator==(const GresUse&) const = default;
+};
+
+// One run of a job, from its start to the end of that run (completion,
+// failure, timeout, cancel, preemption, node failure).
+struct Segment {
+  std::string cluster;
+  uint32_t job_id = 0;
+  uint32_t array_job_id = 0;       // 0: not an array
+  uint32_t array_task_id = kNoId;  // kNoId: not an array task
+  uint32_t het_job_id = 0;         // 0: not a het job
+  uint32_t het_job_offset = kNoId;
+  uint32_t segment = 0;  // 0 for the first run, then one more per requeue
+  int64_t submit_time = 0;
+  int64_t start_time = 0;
+  int64_t end_time = 0;
+  int64_t suspended_seconds = 0;
+  uint32_t uid = 0;
+  std::string user;
+  std::string account;
+  std::string qos;
+  std::string partition;
+  std::string nodes;
+  uint32_t node_count = 0;
+  std::string state;  // Slurm's base state name: COMPLETED, PREEMPTED, ...
+  uint32_t exit_code = 0;
+  std::string job_name;
+  std::string tres_req;    // Slurm's formatted strings, for the record
+  std::string tres_alloc;
+  uint32_t cpus = 0;       // allocated
+  uint64_t mem_mib = 0;    // allocated, whole job
+  std::vector<GresUse> gres;
+  bool ran = true;          // false: ended before it was given resources
+  bool free_attempt = false;  // the starvation upgrade's free P2 attempt
+  std::string admin_comment;
+  bool operator==(const Segment&) const = default;
+};
+
+// A priced segment.  Quantities are exact integers:
+//   card_micros          GPU cards x 1e6 (a 1g.10gb MIG slice is 142857)
+//   card_micro_seconds   card_micros x billable seconds
+//   core_seconds         allocated cores x billable seconds
+//   mem_mib_seconds      allocated MiB x billable seconds
+struct Bill {
+  Segment seg;
+  std::string tier;  // "P0".."P3"; "" when the QoS is not a tier
+  int64_t billable_seconds = 0;
+  int64_t card_micros = 0;
+  int64_t card_micro_seconds = 0;
+  int64_t core_seconds = 0;
+  int64_t mem_mib_seconds = 0;
+  std::string gpu_detail;  // e.g. "gpu:h800:8=8 cards", how the cards were counted
+  std::string currency;
+  Micros card_hour_price = 0;  // of the single GPU type; -1 when types are mixed
+  Micros core_hour_price = 0;
+  Micros mem_gib_hour_price = 0;
+  uint32_t price_permille = 1000;  // the tier's multiplier
+  int64_t amount_minor = 0;
+  std::string zero_reason;  // why amount_minor is 0 by rule, else ""
+  std::string note;         // anything the reader should know (e.g. a missing weight)
+};
+
+// Prices a segment with the prices and tier factors in `cfg`.
+// Free by rule (amount 0, quantities still recorded, zero_reason says why):
+//   never ran; a preemptible tier's segment ended by preemption; the free
+//   starvation-upgrade attempt; zero billable seconds.
+Bill price_segment(const PlancConfig& cfg, const Segment& seg);
+
+// Cards of one allocated gres, in micros: gpu counts whole cards (a type
+// with a CardWeight is a fraction of one, e.g. MIG profiles); mps counts
+// MpsPerCard per card; shard counts ShardsPerCard per card.  0 for other
+// gres, and for shards when ShardsPerCard is unset (note says so).
+int64_t card_micros_of(const PlancConfig& cfg, const GresUse& g, std::string* note);
+
+// A bill's share of one clock hour (UTC hour start).  Quantities and the
+// amount are split in proportion to the wall-clock seconds of the segment in
+// that hour, with the rule floor(Q*t_end/T) - floor(Q*t_start/T), so the
+// slices of a bill always add up to it exactly.
+struct HourSlice {
+  int64_t hour = 0;  // unix time of the hour's start
+  int64_t seconds = 0;
+  int64_t card_micro_seconds = 0;
+  int64_t core_seconds = 0;
+  int64_t mem_mib_seconds = 0;
+  int64_t amount_minor = 0;
+};
+std::vector<HourSlice> split_by_hour(const Bill& bill);
+
+// "12.34" from 1234 minor units; "-0.05" from -5.
+std::string format_minor(int64_t minor);
+// Card-seconds as a decimal with 6 places, from card_micro_seconds.
+std::string format_card_seconds(int64_t card_micro_seconds);
+
+// The spool's record format: one line per segment, fields separated by
+// tabs with \\, \t, \n and \r escaped, a version first and a CRC-32 of the
+// rest last, so a torn or corrupt line is recognised, never misread.
+std::string serialize_segment(const Segment& seg);
+Result<Segment> parse_segment(std::string_view line);
+
+}  // namespace planc
+
+#endif  // PLANC_COMMON_BILLING_H_

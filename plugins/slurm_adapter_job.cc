@@ -1,0 +1,76 @@
+// The half of the adapter that needs only libslurm, not slurmctld's own
+// symbols (assoc_mgr, validate_operator, ...): jobcomp/planc is also loaded
+// by `sacct -c`, where those do not exist and -z now would refuse the load.
+#include "plugins/slurm_compat.h"
+#include "plugins/slurm_adapter.h"
+
+#include <ctime>
+
+#include "common/job_marks.h"
+
+namespace planc::slurm {
+namespace {
+
+std::string str(const char* s) { return s ? std::string(s) : std::string(); }
+
+}  // namespace
+
+std::shared_ptr<const PlancConfig> load_plugin_config(const char* plugin_type) {
+  std::string path = planc_conf_path(str(slurm_conf.slurm_conf));
+  Result<PlancConfig> r = load_config(path);
+  if (!r.ok()) {
+    error("%s: %s", plugin_type, r.error().c_str());
+    return nullptr;
+  }
+  info("%s: loaded %s", plugin_type, path.c_str());
+  return std::make_shared<const PlancConfig>(std::move(r).value());
+}
+
+Segment segment_of(const job_record_t* job) {
+  Segment s;
+  s.cluster = str(slurm_conf.cluster_name);
+  s.job_id = job->job_id;
+  s.array_job_id = job->array_job_id;
+  s.array_task_id = job->array_job_id ? job->array_task_id : kNoId;
+  s.het_job_id = job->het_job_id;
+  s.het_job_offset = job->het_job_id ? job->het_job_offset : kNoId;
+  s.segment = job->restart_cnt;
+  s.submit_time = job->details ? job->details->submit_time : 0;
+  // A resized job bills each size from the time it took that size.
+  s.start_time = job->resize_time ? job->resize_time : job->start_time;
+  s.end_time = IS_JOB_RESIZING(job) ? time(nullptr) : job->end_time;
+  s.suspended_seconds = job->tot_sus_time;
+  s.uid = job->user_id;
+  s.user = str(job->user_name);
+  s.account = str(job->account);
+  s.qos = job->qos_ptr && job->qos_ptr->name ? job->qos_ptr->name : "";
+  s.partition = str(job->partition);
+  s.nodes = str(job->nodes);
+  s.node_count = job->node_cnt;
+  s.state = job_state_string(job->job_state & JOB_STATE_BASE);
+  s.exit_code = job->exit_code == NO_VAL ? 0 : job->exit_code;
+  s.job_name = str(job->name);
+  s.tres_req = str(job->tres_fmt_req_str);
+  s.tres_alloc = str(job->tres_fmt_alloc_str);
+  // Resources it held; a job cancelled or failed before it started holds
+  // none (and a pending cancel has start_time > end_time or no nodes).
+  s.ran = job->node_cnt > 0 && job->nodes && job->start_time && job->start_time <= job->end_time;
+  if (s.ran) {
+    s.cpus = job->total_cpus;
+    if (job->tres_alloc_cnt) s.mem_mib = job->tres_alloc_cnt[TRES_ARRAY_MEM];
+    if (job->gres_list_alloc) {
+      ListIterator it = list_iterator_create(job->gres_list_alloc);
+      while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
+        auto* d = static_cast<gres_job_state_t*>(g->gres_data);
+        if (!d || !g->gres_name || !d->total_gres || d->total_gres == NO_VAL64) continue;
+        s.gres.push_back(GresUse{g->gres_name, str(d->type_name), d->total_gres});
+      }
+      list_iterator_destroy(it);
+    }
+  }
+  s.admin_comment = str(job->admin_comment);
+  s.free_attempt = has_free_attempt_mark(s.admin_comment);
+  return s;
+}
+
+}  // namespace planc::slurm

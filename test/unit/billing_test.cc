@@ -1,0 +1,234 @@
+#include "common/billing.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "common/job_marks.h"
+
+namespace planc {
+namespace {
+
+Segment seg(const std::string& qos, int64_t seconds, std::vector<GresUse> gres, uint32_t cpus = 0,
+            uint64_t mem_mib = 0, const std::string& state = "COMPLETED") {
+  Segment s;
+  s.cluster = "c";
+  s.job_id = 42;
+  s.qos = qos;
+  s.start_time = 1'700'000'000;
+  s.end_time = s.start_time + seconds;
+  s.cpus = cpus;
+  s.mem_mib = mem_mib;
+  s.gres = std::move(gres);
+  s.state = state;
+  return s;
+}
+
+PlancConfig config_with(const std::string& text) {
+  auto r = parse_config(text, "test.conf");
+  EXPECT_TRUE(r.ok()) << r.error();
+  return r.value();
+}
+
+struct PriceCase {
+  const char* name;
+  Segment s;
+  int64_t amount_minor;
+  const char* zero_reason;
+};
+
+TEST(BillingTest, PriceTable) {
+  const GresUse h800_8{"gpu", "h800", 8};
+  Segment never = seg("p3-spot", 0, {}, 4, 1024, "CANCELLED");
+  never.ran = false;
+  Segment free_attempt = seg("p2-spot", 3600, {h800_8});
+  free_attempt.free_attempt = true;
+  Segment suspended = seg("p0-lease", 7200, {h800_8});
+  suspended.suspended_seconds = 3600;
+  const PriceCase cases[] = {
+      // 8 cards x 1 h x 20.00 = 160.00
+      {"P0 list", seg("p0-lease", 3600, {h800_8}), 16000, ""},
+      {"P1 list", seg("p1-guaranteed", 3600, {h800_8}), 16000, ""},
+      // + 16 cores x 0.10 + 64 GiB x 0.01 = 162.24
+      {"P0 cores and memory", seg("p0-lease", 3600, {h800_8}, 16, 65536), 16224, ""},
+      {"P2 x0.35", seg("p2-spot", 3600, {h800_8}), 5600, ""},
+      {"P3 x0.40", seg("p3-spot", 3600, {h800_8}), 6400, ""},
+      // Unknown GPU type: DefaultCardHourPrice (20.00)
+      {"untyped gpu", seg("p0-lease", 3600, {{"gpu", "", 1}}), 2000, ""},
+      // MIG 1g.10gb = 0.142857 card: 2.85714 -> 2.86 (half up)
+      {"MIG slice", seg("p0-lease", 3600, {{"gpu", "1g.10gb", 1}}), 286, ""},
+      // MPS 50 of 100 per card: half a card
+      {"MPS half", seg("p0-lease", 3600, {{"mps", "", 50}}), 1000, ""},
+      // Shards, 1 of 4 per card (config below): a quarter
+      {"shard quarter", seg("p0-lease", 3600, {{"shard", "", 1}}), 500, ""},
+      // Rounding: 1 core for 180 s = 0.005 -> 0.01; 1 core for 179 s -> 0.00
+      {"half up", seg("p0-lease", 180, {}, 1), 1, ""},
+      {"below half", seg("p0-lease", 179, {}, 1), 0, ""},
+      {"suspended time is free", suspended, 16000, ""},
+      // Free by rule
+      {"P2 preempted", seg("p2-spot", 3600, {h800_8}, 0, 0, "PREEMPTED"), 0,
+       "preempted: unfinished preempted time is not billed"},
+      {"P3 preempted", seg("p3-spot", 3600, {h800_8}, 0, 0, "PREEMPTED"), 0,
+       "preempted: unfinished preempted time is not billed"},
+      {"P0 marked PREEMPTED is still charged", seg("p0-lease", 3600, {h800_8}, 0, 0, "PREEMPTED"), 16000, ""},
+      {"P2 requeued by admin is charged", seg("p2-spot", 3600, {h800_8}, 0, 0, "REQUEUED"), 5600, ""},
+      {"free attempt", free_attempt, 0, "free attempt after starvation upgrade"},
+      {"cancelled while pending", never, 0, "never ran"},
+      {"zero length", seg("p0-lease", 0, {h800_8}), 0, "zero billable seconds"},
+  };
+  PlancConfig cfg = config_with("CardWeight=1g.10gb:0.142857\nShardsPerCard=4\n");
+  for (const PriceCase& c : cases) {
+    Bill b = price_segment(cfg, c.s);
+    EXPECT_EQ(b.amount_minor, c.amount_minor) << c.name;
+    EXPECT_EQ(b.zero_reason, c.zero_reason) << c.name;
+  }
+}
+
+TEST(BillingTest, QuantitiesAndPricesRecorded) {
+  PlancConfig cfg = config_with("CardWeight=1g.10gb:0.142857\n");
+  Bill b = price_segment(cfg, seg("p2-spot", 100, {{"gpu", "h800", 2}, {"gpu", "1g.10gb", 1}}, 4, 2048));
+  EXPECT_EQ(b.tier, "P2");
+  EXPECT_EQ(b.price_permille, 350u);
+  EXPECT_EQ(b.billable_seconds, 100);
+  EXPECT_EQ(b.card_micros, 2'142'857);
+  EXPECT_EQ(b.card_micro_seconds, 214'285'700);
+  EXPECT_EQ(b.core_seconds, 400);
+  EXPECT_EQ(b.mem_mib_seconds, 204'800);
+  EXPECT_EQ(b.card_hour_price, -1) << "two GPU types: no single price";
+  EXPECT_EQ(format_card_seconds(b.card_micro_seconds), "214.285700");
+  // A preempted segment is free but its usage is still on the bill.
+  Bill p = price_segment(cfg, seg("p3-spot", 100, {{"gpu", "h800", 8}}, 0, 0, "PREEMPTED"));
+  EXPECT_EQ(p.amount_minor, 0);
+  EXPECT_EQ(p.card_micro_seconds, 800'000'000);
+}
+
+TEST(BillingTest, ShardsWithoutWeightSayWhy) {
+  Bill b = price_segment(PlancConfig{}, seg("p0-lease", 3600, {{"shard", "", 2}}, 1));
+  EXPECT_EQ(b.card_micros, 0);
+  EXPECT_NE(b.note.find("ShardsPerCard is not set"), std::string::npos);
+  EXPECT_EQ(b.amount_minor, 10);  // the core is still charged: 0.10
+}
+
+TEST(BillingTest, UnknownQosChargedAtListPriceWithNote) {
+  Bill b = price_segment(PlancConfig{}, seg("normal", 3600, {{"gpu", "h800", 1}}));
+  EXPECT_EQ(b.tier, "");
+  EXPECT_EQ(b.amount_minor, 2000);
+  EXPECT_NE(b.note.find("not a Plan C tier"), std::string::npos);
+}
+
+TEST(BillingTest, HourSplitAddsUp) {
+  struct Case {
+    int64_t start_offset, seconds;
+    size_t slices;
+  };
+  const Case cases[] = {{0, 3600, 1}, {3599, 2, 2}, {1800, 7200, 3}, {0, 1, 1}, {100, 3 * 86400, 73}};
+  PlancConfig cfg;
+  for (const Case& c : cases) {
+    Segment s = seg("p0-lease", c.seconds, {{"gpu", "h800", 3}}, 7, 1000);
+    s.start_time = 1'699'999'200 + c.start_offset;  // 1'699'999'200 is an hour start
+    s.end_time = s.start_time + c.seconds;
+    Bill b = price_segment(cfg, s);
+    auto slices = split_by_hour(b);
+    ASSERT_EQ(slices.size(), c.slices) << c.start_offset << "+" << c.seconds;
+    int64_t amount = 0, cards = 0, cores = 0, mem = 0, secs = 0;
+    for (const HourSlice& h : slices) {
+      EXPECT_EQ(h.hour % 3600, 0);
+      amount += h.amount_minor;
+      cards += h.card_micro_seconds;
+      cores += h.core_seconds;
+      mem += h.mem_mib_seconds;
+      secs += h.seconds;
+    }
+    EXPECT_EQ(amount, b.amount_minor);
+    EXPECT_EQ(cards, b.card_micro_seconds);
+    EXPECT_EQ(cores, b.core_seconds);
+    EXPECT_EQ(mem, b.mem_mib_seconds);
+    EXPECT_EQ(secs, c.seconds);
+  }
+  // 3599..3601: one second in each hour, half the amount each.
+  Segment s = seg("p0-lease", 2, {}, 3600);  // 3600 cores x 2 s = 2 core-hours = 0.20
+  s.start_time = 1'699'999'200 + 3599;
+  s.end_time = s.start_time + 2;
+  auto slices = split_by_hour(price_segment(cfg, s));
+  ASSERT_EQ(slices.size(), 2u);
+  EXPECT_EQ(slices[0].amount_minor, 10);
+  EXPECT_EQ(slices[1].amount_minor, 10);
+}
+
+TEST(BillingTest, ZeroLengthSegmentHasOneEmptySlice) {
+  Bill b = price_segment(PlancConfig{}, seg("p0-lease", 0, {{"gpu", "h800", 1}}));
+  auto slices = split_by_hour(b);
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_EQ(slices[0].amount_minor, 0);
+}
+
+TEST(BillingTest, FormatMinor) {
+  EXPECT_EQ(format_minor(0), "0.00");
+  EXPECT_EQ(format_minor(5), "0.05");
+  EXPECT_EQ(format_minor(16224), "162.24");
+  EXPECT_EQ(format_minor(-5), "-0.05");
+}
+
+TEST(BillingTest, SpoolRecordRoundTrip) {
+  Segment s = seg("p2-spot", 10, {{"gpu", "h800", 8}, {"mps", "", 25}}, 4, 2048, "PREEMPTED");
+  s.job_name = "it's a \"job\"\twith\ttabs\nand 中文 and \\backslash";
+  s.user = "pcalice";
+  s.admin_comment = std::string(kFreeAttemptTag) + " upgraded";
+  s.free_attempt = true;
+  s.array_job_id = 7;
+  s.array_task_id = 3;
+  std::string line = serialize_segment(s);
+  EXPECT_EQ(line.back(), '\n');
+  EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1) << "one line per record";
+  auto r = parse_segment(line);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r.value(), s);
+}
+
+TEST(BillingTest, SpoolRecordDamageIsDetected) {
+  std::string line = serialize_segment(seg("p0-lease", 10, {}));
+  struct Case {
+    const char* name;
+    std::string text;
+    const char* error;
+  };
+  std::string flipped = line;
+  flipped[20] = flipped[20] == 'x' ? 'y' : 'x';
+  const Case cases[] = {
+      {"torn", line.substr(0, line.size() / 2), "no checksum (torn record)"},
+      {"bit flip", flipped, "checksum mismatch"},
+      {"empty", "", "no checksum (torn record)"},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_segment(c.text);
+    ASSERT_FALSE(r.ok()) << c.name;
+    EXPECT_EQ(r.error(), c.error) << c.name;
+  }
+}
+
+TEST(BillingTest, ConfigKeysForFractions) {
+  struct Case {
+    const char* text;
+    const char* error;  // nullptr: valid
+  };
+  const Case cases[] = {
+      {"CardWeight=1g.10gb:0.142857,3g.40gb:0.428571\n", nullptr},
+      {"CardWeight=1g.10gb\n", "test.conf:1: key 'CardWeight': '1g.10gb' is not TYPE:WEIGHT (e.g. 1g.10gb:0.142857)"},
+      {"CardWeight=1g.10gb:1.5\n",
+       "test.conf:1: key 'CardWeight': '1.5' in '1g.10gb:1.5' is not a valid weight (above 0, at most 1.00)"},
+      {"MpsPerCard=0\n", "test.conf:1: key 'MpsPerCard': "},
+      {"ShardsPerCard=8\n", nullptr},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_config(c.text, "test.conf");
+    if (!c.error) {
+      EXPECT_TRUE(r.ok()) << c.text << r.error();
+    } else {
+      ASSERT_FALSE(r.ok()) << c.text;
+      EXPECT_EQ(r.error().rfind(c.error, 0), 0u) << r.error();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace planc

@@ -1,0 +1,579 @@
+// planc-bill: read Plan C bills, reconcile them with slurmdbd, manage who
+// may read them.  Talks to PostgreSQL as the user who runs it (row-level
+// security decides what that user sees), and to slurmdbd through sacct.
+#include <getopt.h>
+#include <libpq-fe.h>
+#include <pwd.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/bill_store.h"
+#include "common/billing.h"
+#include "common/config.h"
+#include "common/job_marks.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: planc-bill [--db CONNINFO] COMMAND [options]\n"
+    "\n"
+    "  list      [-S START] [-E END] [-u USER] [-A ACCOUNT] [-j JOBID] [--format table|csv|json]\n"
+    "            one line per bill (run segment)\n"
+    "  report    [-S START] [-E END] [-u USER] [-A ACCOUNT] [--by KEYS] [--format ...]\n"
+    "            totals from the hourly table; KEYS: any of account,user,tier,day,hour\n"
+    "            (comma-separated; default account,user,tier)\n"
+    "  reconcile -S START -E END [--fill] [--planc-conf FILE]\n"
+    "            compares slurmdbd's run segments (sacct --duplicates) with the bills;\n"
+    "            --fill writes a bill for each missing one (admin)\n"
+    "  sync-roles [--writer ROLE]\n"
+    "            creates a PostgreSQL login role for every Slurm user (planc_reader),\n"
+    "            admins (planc_admin), the writer (slurmctld's user, planc_writer) and\n"
+    "            the account coordinator list, from sacctmgr (database superuser)\n"
+    "\n"
+    "Times are UTC: 2026-11-30, 2026-11-30T13:00[:00], or seconds since the epoch.\n"
+    "--db defaults to $PLANC_BILL_DB, else libpq's PG* environment.\n";
+
+[[noreturn]] void die(const std::string& msg) {
+  std::cerr << "planc-bill: " << msg << "\n";
+  std::exit(1);
+}
+
+int64_t parse_time(const std::string& s, const char* opt) {
+  if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) return std::stoll(s);
+  struct tm tm = {};
+  const char* end = strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!end || *end) {
+    tm = {};
+    end = strptime(s.c_str(), "%Y-%m-%dT%H:%M", &tm);
+  }
+  if (!end || *end) {
+    tm = {};
+    end = strptime(s.c_str(), "%Y-%m-%d", &tm);
+  }
+  if (!end || *end)
+    die(std::string(opt) + " '" + s + "' is not a time: use 2026-11-30, 2026-11-30T13:00 or epoch seconds (UTC)");
+  return timegm(&tm);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  if (!s.empty() && s.back() == sep) out.emplace_back();
+  return out;
+}
+
+// --- output ----------------------------------------------------------------------
+
+std::string csv_field(const std::string& v) {
+  if (v.find_first_of(",\"\n") == std::string::npos) return v;
+  std::string o = "\"";
+  for (char c : v) {
+    if (c == '"') o += '"';
+    o += c;
+  }
+  return o + "\"";
+}
+
+std::string json_string(const std::string& v) {
+  std::string o = "\"";
+  for (unsigned char c : v) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      case '\r': o += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          o += b;
+        } else {
+          o += static_cast<char>(c);
+        }
+    }
+  }
+  return o + "\"";
+}
+
+// Display width of UTF-8 text (one column per code point; enough for
+// names and the CJK-free columns this tool prints).
+size_t width(const std::string& s) {
+  size_t w = 0;
+  for (unsigned char c : s) w += (c & 0xc0) != 0x80;
+  return w;
+}
+
+// `numeric` marks columns printed as numbers in JSON and right-aligned.
+void print(const std::vector<std::string>& cols, const std::vector<bool>& numeric,
+           const std::vector<std::vector<std::string>>& rows, const std::string& format) {
+  if (format == "csv") {
+    for (size_t j = 0; j < cols.size(); j++) std::cout << (j ? "," : "") << csv_field(cols[j]);
+    std::cout << "\n";
+    for (const auto& r : rows) {
+      for (size_t j = 0; j < r.size(); j++) std::cout << (j ? "," : "") << csv_field(r[j]);
+      std::cout << "\n";
+    }
+  } else if (format == "json") {
+    std::cout << "[";
+    for (size_t i = 0; i < rows.size(); i++) {
+      std::cout << (i ? ",\n " : "\n ") << "{";
+      for (size_t j = 0; j < cols.size(); j++) {
+        std::cout << (j ? ", " : "") << json_string(cols[j]) << ": ";
+        bool num = numeric[j] && !rows[i][j].empty();
+        std::cout << (num ? rows[i][j] : json_string(rows[i][j]));
+      }
+      std::cout << "}";
+    }
+    std::cout << (rows.empty() ? "]\n" : "\n]\n");
+  } else if (format == "table") {
+    std::vector<size_t> w(cols.size());
+    for (size_t j = 0; j < cols.size(); j++) w[j] = width(cols[j]);
+    for (const auto& r : rows)
+      for (size_t j = 0; j < r.size(); j++) w[j] = std::max(w[j], width(r[j]));
+    auto line = [&](const std::vector<std::string>& r) {
+      std::string out;
+      for (size_t j = 0; j < r.size(); j++) {
+        std::string pad(w[j] - width(r[j]), ' ');
+        out += (j ? " " : "") + (numeric[j] ? pad + r[j] : r[j] + pad);
+      }
+      while (!out.empty() && out.back() == ' ') out.pop_back();
+      std::cout << out << "\n";
+    };
+    line(cols);
+    std::vector<std::string> dashes;
+    for (size_t x : w) dashes.emplace_back(x, '-');
+    line(dashes);
+    for (const auto& r : rows) line(r);
+  } else {
+    die("--format '" + format + "': use table, csv or json");
+  }
+}
+
+// --- options -----------------------------------------------------------------------
+
+struct Options {
+  std::string db;
+  int64_t start = 0, end = 0;
+  std::vector<std::string> users, accounts, by;
+  std::vector<uint32_t> jobs;
+  std::string format = "table";
+  bool fill = false;
+  std::string planc_conf;
+  std::string writer;
+};
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  if (const char* db = std::getenv("PLANC_BILL_DB")) o.db = db;
+  static const option longopts[] = {
+      {"db", required_argument, nullptr, 'd'},     {"starttime", required_argument, nullptr, 'S'},
+      {"endtime", required_argument, nullptr, 'E'}, {"user", required_argument, nullptr, 'u'},
+      {"account", required_argument, nullptr, 'A'}, {"jobs", required_argument, nullptr, 'j'},
+      {"format", required_argument, nullptr, 'f'},  {"by", required_argument, nullptr, 'b'},
+      {"fill", no_argument, nullptr, 'F'},          {"planc-conf", required_argument, nullptr, 'c'},
+      {"writer", required_argument, nullptr, 'w'},  {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "d:S:E:u:A:j:f:b:h", longopts, nullptr)) != -1) {
+    switch (c) {
+      case 'd': o.db = optarg; break;
+      case 'S': o.start = parse_time(optarg, "-S"); break;
+      case 'E': o.end = parse_time(optarg, "-E"); break;
+      case 'u': for (auto& s : split(optarg, ',')) o.users.push_back(s); break;
+      case 'A': for (auto& s : split(optarg, ',')) o.accounts.push_back(s); break;
+      case 'j':
+        for (auto& s : split(optarg, ',')) {
+          if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+            die("-j '" + s + "' is not a job id (use numeric ids, comma-separated)");
+          o.jobs.push_back(static_cast<uint32_t>(std::stoul(s)));
+        }
+        break;
+      case 'f': o.format = optarg; break;
+      case 'b': o.by = split(optarg, ','); break;
+      case 'F': o.fill = true; break;
+      case 'c': o.planc_conf = optarg; break;
+      case 'w': o.writer = optarg; break;
+      case 'h': std::cout << kUsage; std::exit(0);
+      default: std::cerr << kUsage; std::exit(2);
+    }
+  }
+  return o;
+}
+
+std::string minor_str(const std::string& v) {
+  return planc::format_minor(std::strtoll(v.c_str(), nullptr, 10));
+}
+
+// --- list ----------------------------------------------------------------------------
+
+int cmd_list(planc::BillStore& store, const Options& o) {
+  planc::BillFilter f;
+  f.users = o.users;
+  f.accounts = o.accounts;
+  f.job_ids = o.jobs;
+  f.start = o.start;
+  f.end = o.end;
+  auto r = store.query(f);
+  if (!r.ok()) die(r.error());
+  std::vector<std::string> cols = {"JobID", "Seg", "User", "Account", "Tier", "QOS", "State",
+                                   "Start(UTC)", "End(UTC)", "Seconds", "CardSeconds",
+                                   "CoreSeconds", "Amount", "Currency", "Free"};
+  std::vector<bool> num = {true, true, false, false, false, false, false, false, false,
+                           true, true, true, true, false, false};
+  std::vector<std::vector<std::string>> rows;
+  for (const planc::Bill& b : r.value()) {
+    std::string id = std::to_string(b.seg.job_id);
+    if (b.seg.array_job_id && b.seg.array_task_id != planc::kNoId)
+      id = std::to_string(b.seg.array_job_id) + "_" + std::to_string(b.seg.array_task_id);
+    rows.push_back({id, std::to_string(b.seg.segment), b.seg.user, b.seg.account, b.tier,
+                     b.seg.qos, b.seg.state, planc::pg_timestamp(b.seg.start_time).substr(0, 19),
+                     planc::pg_timestamp(b.seg.end_time).substr(0, 19),
+                     std::to_string(b.billable_seconds),
+                     planc::format_card_seconds(b.card_micro_seconds), std::to_string(b.core_seconds),
+                     planc::format_minor(b.amount_minor), b.currency, b.zero_reason});
+  }
+  print(cols, num, rows, o.format);
+  return 0;
+}
+
+// --- report ----------------------------------------------------------------------------
+
+int cmd_report(planc::BillStore& store, const Options& o) {
+  std::vector<std::string> by = o.by.empty() ? std::vector<std::string>{"account", "user", "tier"} : o.by;
+  std::string select, group;
+  std::vector<std::string> cols;
+  std::vector<bool> num;
+  for (const std::string& k : by) {
+    std::string expr, name;
+    if (k == "account") expr = "account", name = "Account";
+    else if (k == "user") expr = "user_name", name = "User";
+    else if (k == "tier") expr = "tier", name = "Tier";
+    else if (k == "day") expr = "to_char(hour, 'YYYY-MM-DD')", name = "Day(UTC)";
+    else if (k == "hour") expr = "to_char(hour, 'YYYY-MM-DD\"T\"HH24:00')", name = "Hour(UTC)";
+    else die("--by '" + k + "': use account, user, tier, day or hour");
+    select += expr + ", ";
+    group += (group.empty() ? "" : ", ") + expr;
+    cols.push_back(name);
+    num.push_back(false);
+  }
+  std::string sql = "SELECT " + select +
+                    "sum(segments), round(sum(card_seconds) / 3600, 3), round(sum(core_seconds) / 3600.0, 3),"
+                    " round(sum(mem_gib_seconds) / 3600, 3), sum(amount_minor)"
+                    " FROM planc.usage_hourly WHERE true";
+  std::vector<std::string> params;
+  auto any = [&](const char* column, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    std::string arr = "{";
+    for (size_t i = 0; i < v.size(); i++) {
+      arr += (i ? ",\"" : "\"");
+      for (char ch : v[i]) {
+        if (ch == '"' || ch == '\\') arr += '\\';
+        arr += ch;
+      }
+      arr += '"';
+    }
+    params.push_back(arr + "}");
+    sql += std::string(" AND ") + column + " = ANY($" + std::to_string(params.size()) + "::text[])";
+  };
+  any("user_name", o.users);
+  any("account", o.accounts);
+  // Hours are whole: a start inside an hour includes that hour.
+  if (o.start) {
+    params.push_back(planc::pg_timestamp(o.start - o.start % 3600));
+    sql += " AND hour >= $" + std::to_string(params.size()) + "::timestamptz";
+  }
+  if (o.end) {
+    params.push_back(planc::pg_timestamp(o.end));
+    sql += " AND hour < $" + std::to_string(params.size()) + "::timestamptz";
+  }
+  if (!group.empty()) sql += " GROUP BY " + group + " ORDER BY " + group;
+  auto r = store.rows(sql, params);
+  if (!r.ok()) die(r.error());
+  for (const char* c : {"Segments", "CardHours", "CoreHours", "MemGiBHours", "Amount"}) {
+    cols.push_back(c);
+    num.push_back(true);
+  }
+  std::vector<std::vector<std::string>> rows = r.value();
+  int64_t total = 0;
+  for (auto& row : rows) {
+    std::string& amount = row.back();
+    total += std::strtoll(amount.c_str(), nullptr, 10);
+    amount = minor_str(amount);
+  }
+  if (o.format == "table" && !by.empty()) {
+    std::vector<std::string> t(cols.size());
+    t[0] = "TOTAL";
+    t.back() = planc::format_minor(total);
+    rows.push_back(t);
+  }
+  print(cols, num, rows, o.format);
+  return 0;
+}
+
+// --- reconcile -------------------------------------------------------------------------
+
+// Runs a command without a shell; returns its stdout.
+std::string run(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (pipe(fds) != 0) die("pipe failed");
+  pid_t pid = fork();
+  if (pid < 0) die("fork failed");
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    setenv("SLURM_TIME_FORMAT", "%s", 1);
+    execvp(args[0], args.data());
+    std::perror(args[0]);
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die(argv[0] + " failed (exit " + std::to_string(WEXITSTATUS(st)) + ")");
+  return out;
+}
+
+uint64_t mem_mib(const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  switch (end && *end ? *end : 'M') {
+    case 'K': return static_cast<uint64_t>(x / 1024);
+    case 'G': return static_cast<uint64_t>(x * 1024);
+    case 'T': return static_cast<uint64_t>(x * 1024 * 1024);
+    default: return static_cast<uint64_t>(x);
+  }
+}
+
+int cmd_reconcile(planc::BillStore& store, const Options& o) {
+  if (!o.start || !o.end) die("reconcile needs -S and -E");
+  std::string conf = o.planc_conf;
+  if (conf.empty()) {
+    const char* sc = std::getenv("SLURM_CONF");
+    conf = planc::planc_conf_path(sc ? sc : "/etc/slurm/slurm.conf");
+  }
+  auto cfg = planc::load_config(conf);
+  if (!cfg.ok()) die(cfg.error());
+  const char sep = '\x1f';
+  const std::vector<std::string> fields = {
+      "JobIDRaw", "Cluster", "JobID", "", "", "", "Submit",
+      "Start", "End", "Suspended", "UID", "User", "Account", "QOS", "Partition", "NodeList",
+      "NNodes", "State", "ExitCode", "ReqTRES", "AllocTRES", "AllocCPUS", "AdminComment", "JobName"};
+  // Array and het identity come from the formatted JobID (123_4, 123+1);
+  // the empty names keep the field numbers of the list below.
+  std::string fmt;
+  size_t printed = 0;
+  for (const auto& f : fields) {
+    if (f.empty()) continue;
+    fmt += (fmt.empty() ? "" : ",") + f;
+    printed++;
+  }
+  auto local = [](int64_t t) {  // sacct reads local time
+    time_t tt = static_cast<time_t>(t);
+    struct tm tm;
+    localtime_r(&tt, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    return std::string(buf);
+  };
+  std::string out = run({"sacct", "--duplicates", "-X", "-a", "-n", "-P", "--delimiter", std::string(1, sep),
+                         "-S", local(o.start), "-E", local(o.end), "-o", fmt});
+  // Existing bills in the range, by key.
+  planc::BillFilter f;
+  f.start = o.start;
+  f.end = o.end;
+  auto have = store.query(f);
+  if (!have.ok()) die(have.error());
+  std::set<std::tuple<std::string, uint32_t, int64_t>> keys;
+  for (const auto& b : have.value()) keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time);
+
+  std::map<uint32_t, uint32_t> seg_no;
+  std::vector<planc::Bill> missing;
+  size_t segments = 0;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> got = split(line, sep);
+    if (got.size() != printed) continue;
+    std::vector<std::string> v(got.begin(), got.begin() + 3);
+    v.insert(v.end(), 3, "");
+    v.insert(v.end(), got.begin() + 3, got.end());
+    auto num = [](const std::string& s) { return std::strtoll(s.c_str(), nullptr, 10); };
+    std::string state = v[17].substr(0, v[17].find(' '));
+    int64_t start = num(v[7]), end = num(v[8]);
+    // Only runs that ended: not pending, not still running, not never-run.
+    if (!start || !end || state == "RUNNING" || state == "PENDING" || end < start) continue;
+    planc::Segment s;
+    s.job_id = static_cast<uint32_t>(num(v[0]));
+    s.segment = seg_no[s.job_id]++;
+    s.cluster = v[1];
+    s.start_time = start;
+    s.end_time = end;
+    segments++;
+    if (keys.count({s.cluster, s.job_id, s.start_time})) continue;
+    if (size_t u = v[2].find('_'); u != std::string::npos && v[2].find('[') == std::string::npos) {
+      s.array_job_id = static_cast<uint32_t>(num(v[2].substr(0, u)));
+      s.array_task_id = static_cast<uint32_t>(num(v[2].substr(u + 1)));
+    }
+    if (size_t p = v[2].find('+'); p != std::string::npos) {
+      s.het_job_id = static_cast<uint32_t>(num(v[2].substr(0, p)));
+      s.het_job_offset = static_cast<uint32_t>(num(v[2].substr(p + 1)));
+    }
+    s.submit_time = num(v[6]);
+    // Suspended is [DD-]HH:MM:SS.
+    {
+      int d = 0, h = 0, m = 0, sec = 0;
+      if (std::sscanf(v[9].c_str(), "%d-%d:%d:%d", &d, &h, &m, &sec) == 4)
+        s.suspended_seconds = ((d * 24 + h) * 60 + m) * 60 + sec;
+      else if (std::sscanf(v[9].c_str(), "%d:%d:%d", &h, &m, &sec) == 3)
+        s.suspended_seconds = (h * 60 + m) * 60 + sec;
+    }
+    s.uid = static_cast<uint32_t>(num(v[10]));
+    s.user = v[11];
+    s.account = v[12];
+    s.qos = v[13];
+    s.partition = v[14];
+    s.nodes = v[15];
+    s.node_count = static_cast<uint32_t>(num(v[16]));
+    s.state = state;
+    s.exit_code = 0;
+    s.tres_req = v[19];
+    s.tres_alloc = v[20];
+    s.cpus = static_cast<uint32_t>(num(v[21]));
+    s.admin_comment = v[22];
+    s.free_attempt = planc::has_free_attempt_mark(s.admin_comment);
+    s.job_name = v[23];
+    for (const std::string& kv : split(v[20], ',')) {
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos) continue;
+      std::string k = kv.substr(0, eq), val = kv.substr(eq + 1);
+      if (k == "mem") s.mem_mib = mem_mib(val);
+      if (k.rfind("gres/", 0) == 0) {
+        std::vector<std::string> parts = split(k.substr(5), ':');
+        planc::GresUse g{parts[0], parts.size() > 1 ? parts[1] : "",
+                         static_cast<uint64_t>(std::strtoull(val.c_str(), nullptr, 10))};
+        // An untyped total and typed ones both appear: keep the typed ones.
+        bool typed_later = parts.size() == 1 && v[20].find("gres/" + parts[0] + ":") != std::string::npos;
+        if (!typed_later) s.gres.push_back(g);
+      }
+    }
+    planc::Bill b = planc::price_segment(cfg.value(), s);
+    b.note += "filled by planc-bill reconcile from slurmdbd; ";
+    missing.push_back(std::move(b));
+  }
+  std::cout << "reconcile " << planc::pg_timestamp(o.start) << " .. " << planc::pg_timestamp(o.end)
+            << ": " << segments << " run segment(s) in slurmdbd, " << missing.size()
+            << " without a bill\n";
+  for (const auto& b : missing)
+    std::cout << "  missing: job " << b.seg.job_id << " start " << planc::pg_timestamp(b.seg.start_time)
+              << " " << b.seg.state << " user " << b.seg.user << " account " << b.seg.account
+              << " amount " << planc::format_minor(b.amount_minor) << "\n";
+  if (o.fill && !missing.empty()) {
+    auto r = store.write(missing, "reconcile");
+    if (!r.ok()) die(r.error());
+    std::cout << "filled " << r.value() << " bill(s)\n";
+  }
+  return missing.empty() || o.fill ? 0 : 3;
+}
+
+// --- sync-roles --------------------------------------------------------------------------
+
+int cmd_sync_roles(planc::BillStore& store, const Options& o) {
+  std::string users = run({"sacctmgr", "-n", "-P", "list", "user", "format=User,AdminLevel"});
+  size_t n = 0;
+  auto member = [&](const std::string& role, const char* group) {
+    auto r = store.rows("SELECT planc.ensure_member($1, $2)::text", {role, group});
+    if (!r.ok()) die(r.error());
+  };
+  for (const std::string& line : split(users, '\n')) {
+    std::vector<std::string> v = split(line, '|');
+    if (v.size() < 2 || v[0].empty()) continue;
+    member(v[0], "planc_reader");
+    if (v[1] == "Administrator") member(v[0], "planc_admin");
+    n++;
+  }
+  if (!o.writer.empty()) member(o.writer, "planc_writer");
+  std::string coords = run({"sacctmgr", "-n", "-P", "list", "user", "withcoord", "format=User,Coordinators"});
+  std::string accts = "{", names = "{";
+  size_t pairs = 0;
+  for (const std::string& line : split(coords, '\n')) {
+    std::vector<std::string> v = split(line, '|');
+    if (v.size() < 2 || v[1].empty()) continue;
+    for (const std::string& a : split(v[1], ',')) {
+      accts += (pairs ? ",\"" : "\"") + a + "\"";
+      names += (pairs ? ",\"" : "\"") + v[0] + "\"";
+      pairs++;
+    }
+  }
+  auto r = store.rows("SELECT planc.set_coordinators($1::text[], $2::text[])::text",
+                      {accts + "}", names + "}"});
+  if (!r.ok()) die(r.error());
+  std::cout << "sync-roles: " << n << " user role(s), " << pairs << " coordinator pair(s)"
+            << (o.writer.empty() ? "" : ", writer " + o.writer) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  // Allow --db before the command.
+  std::string db_early;
+  int first = 1;
+  if (!std::strcmp(argv[1], "--db") && argc > 3) {
+    db_early = argv[2];
+    first = 3;
+  }
+  std::string cmd = argv[first];
+  Options o = parse_options(argc - first, argv + first);
+  if (!db_early.empty()) o.db = db_early;
+  // Connect as the Unix user running this (row-level security decides what
+  // they see) unless the connection string names a role itself.
+  std::string as_user;
+  {
+    char* err = nullptr;
+    PQconninfoOption* opts = PQconninfoParse(o.db.c_str(), &err);
+    if (!opts) die(std::string("--db: ") + (err ? err : "not a connection string"));
+    bool named = false;
+    for (PQconninfoOption* p = opts; p->keyword; p++)
+      if (!std::strcmp(p->keyword, "user") && p->val && *p->val) named = true;
+    PQconninfoFree(opts);
+    if (!named) {
+      if (struct passwd* pw = getpwuid(getuid())) as_user = pw->pw_name;
+    }
+  }
+  planc::BillStore store(o.db, as_user);
+  if (auto c = store.connect(); !c.ok())
+    die(c.error() + "\n(set --db or PLANC_BILL_DB to the JobCompLoc connection string)");
+  if (cmd == "list") return cmd_list(store, o);
+  if (cmd == "report") return cmd_report(store, o);
+  if (cmd == "reconcile") return cmd_reconcile(store, o);
+  if (cmd == "sync-roles") return cmd_sync_roles(store, o);
+  std::cerr << "planc-bill: unknown command '" << cmd << "'\n" << kUsage;
+  return 2;
+}
