@@ -10,13 +10,17 @@
 namespace planc {
 namespace {
 
-constexpr const char* kBillColumns =
+}  // namespace
+
+const char* const kBillColumns =
     "cluster, job_id, start_time, end_time, segment, array_job_id, array_task_id, het_job_id, "
     "het_job_offset, submit_time, uid, user_name, account, tier, qos, partition, nodes, "
     "node_count, state, exit_code, job_name, tres_req, tres_alloc, cpus, mem_mib, gpu_cards, "
     "gpu_detail, billable_seconds, card_seconds, core_seconds, mem_gib_seconds, currency, "
     "card_hour_price, core_hour_price, mem_gib_hour_price, tier_factor, amount_minor, "
     "zero_reason, note, admin_comment, source";
+
+namespace {
 
 // Staging tables live for the connection; ON COMMIT DELETE ROWS empties
 // them at the end of every batch.
@@ -81,7 +85,9 @@ std::string gib_seconds(int64_t mib_seconds) {
   return buf;
 }
 
-std::string bill_row(const Bill& b, const std::string& source) {
+}  // namespace
+
+std::string bill_copy_row(const Bill& b, const std::string& source) {
   const Segment& s = b.seg;
   std::string r;
   field(r, s.cluster);
@@ -130,6 +136,8 @@ std::string bill_row(const Bill& b, const std::string& source) {
   r += '\n';
   return r;
 }
+
+namespace {
 
 std::string error_of(pg_conn* c, const char* what) {
   std::string m = PQerrorMessage(c);
@@ -220,7 +228,7 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
   std::string bill_data, slice_data;
   for (const Bill& b : bills) {
     if (!keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time).second) continue;
-    bill_data += bill_row(b, source);
+    bill_data += bill_copy_row(b, source);
     for (const HourSlice& h : split_by_hour(b)) {
       std::string r;
       field(r, b.seg.cluster);

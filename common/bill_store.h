@@ -72,6 +72,11 @@ class BillStore {
   bool staged_ = false;  // temp staging tables exist on this connection
 };
 
+// One bill as a line of COPY text for planc.bill's columns (kBillColumns);
+// for benchmarks that compare with a raw COPY.
+std::string bill_copy_row(const Bill& b, const std::string& source);
+extern const char* const kBillColumns;
+
 // "2026-11-30 01:02:03+00" for COPY and parameters.
 std::string pg_timestamp(int64_t unix_time);
 

@@ -96,6 +96,8 @@ Bill price_segment(const PlancConfig& cfg, const Segment& seg) {
     b.zero_reason = "never ran";
   } else if (seg.state == "PREEMPTED" && tier && tier->preemptible) {
     b.zero_reason = "preempted: unfinished preempted time is not billed";
+  } else if (seg.state == "NODE_FAIL") {
+    b.zero_reason = "node failure: a run lost to a failed node is not billed";
   } else if (seg.free_attempt) {
     b.zero_reason = "free attempt after starvation upgrade";
   } else if (b.billable_seconds == 0) {

@@ -97,7 +97,8 @@ struct Bill {
 
 // Prices a segment with the prices and tier factors in `cfg`.
 // Free by rule (amount 0, quantities still recorded, zero_reason says why):
-//   never ran; a preemptible tier's segment ended by preemption; the free
+//   never ran; a preemptible tier's segment ended by preemption; a run
+//   ended by a node failure (the provider's fault); the free
 //   starvation-upgrade attempt; zero billable seconds.
 Bill price_segment(const PlancConfig& cfg, const Segment& seg);
 

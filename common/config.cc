@@ -270,8 +270,9 @@ class Parser {
         return bad(p, "'" + item + "' is not TYPE:" + what + " (e.g. " + example + ")");
       auto m = parse_decimal_micros(item.substr(colon + 1));
       if (!m || (max && (*m == 0 || *m > max)))
-        return bad(p, "'" + item.substr(colon + 1) + "' in '" + item + "' is not a valid " +
-                          lower(what) + (max ? " (above 0, at most " + format_micros(max) + ")" : ""));
+        return bad(p, "'" + item.substr(colon + 1) + "' in '" + item + "' is not a " +
+                          (max ? "valid " : "") + lower(what) +
+                          (max ? " (above 0, at most " + format_micros(max) + ")" : ""));
       values[lower(item.substr(0, colon))] = *m;
     }
     *out = std::move(values);

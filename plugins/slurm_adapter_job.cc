@@ -39,6 +39,9 @@ Segment segment_of(const job_record_t* job) {
   // A resized job bills each size from the time it took that size.
   s.start_time = job->resize_time ? job->resize_time : job->start_time;
   s.end_time = IS_JOB_RESIZING(job) ? time(nullptr) : job->end_time;
+  // A job that never started (cancelled or failed while pending) may carry
+  // no start or a future expected one: its record sits at its end.
+  if (!s.start_time || s.start_time > s.end_time) s.start_time = s.end_time;
   s.suspended_seconds = job->tot_sus_time;
   s.uid = job->user_id;
   s.user = str(job->user_name);
@@ -54,7 +57,8 @@ Segment segment_of(const job_record_t* job) {
   s.tres_alloc = str(job->tres_fmt_alloc_str);
   // Resources it held; a job cancelled or failed before it started holds
   // none (and a pending cancel has start_time > end_time or no nodes).
-  s.ran = job->node_cnt > 0 && job->nodes && job->start_time && job->start_time <= job->end_time;
+  s.ran = job->node_cnt > 0 && job->nodes && *job->nodes && job->start_time &&
+          job->start_time <= job->end_time;
   if (s.ran) {
     s.cpus = job->total_cpus;
     if (job->tres_alloc_cnt) s.mem_mib = job->tres_alloc_cnt[TRES_ARRAY_MEM];

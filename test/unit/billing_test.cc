@@ -73,6 +73,8 @@ TEST(BillingTest, PriceTable) {
       {"P0 marked PREEMPTED is still charged", seg("p0-lease", 3600, {h800_8}, 0, 0, "PREEMPTED"), 16000, ""},
       {"P2 requeued by admin is charged", seg("p2-spot", 3600, {h800_8}, 0, 0, "REQUEUED"), 5600, ""},
       {"free attempt", free_attempt, 0, "free attempt after starvation upgrade"},
+      {"node failure", seg("p0-lease", 3600, {h800_8}, 0, 0, "NODE_FAIL"), 0,
+       "node failure: a run lost to a failed node is not billed"},
       {"cancelled while pending", never, 0, "never ran"},
       {"zero length", seg("p0-lease", 0, {h800_8}), 0, "zero billable seconds"},
   };

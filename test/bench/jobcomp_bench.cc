@@ -1,0 +1,236 @@
+// jobcomp/planc's costs against the alternatives, in one process, one run.
+//
+//  1. The callback: what jobcomp_p_log_record does under slurmctld's job
+//     write lock after reading the job (serialize_segment + one locked
+//     write(2) to the spool file), per segment, p50/p99 over --segments;
+//     against a synchronous single-row INSERT per segment (what
+//     jobcomp/mysql does under that lock), over --sync-segments.
+//  2. Ingest: the worker's path (read spool lines, parse, price, write with
+//     BillStore: COPY into staging, INSERT .. ON CONFLICT, hourly upsert),
+//     in segments per second, against a raw COPY of the same rendered rows
+//     into the same table (planc.bill, emptied before each run).  Rounds
+//     alternate raw, planc, planc, raw, ...
+//
+//   jobcomp_bench CONNINFO [--segments N] [--sync-segments N] [--ingest N] [--rounds R]
+// CONNINFO must reach a database with sql/ applied, as a role that may
+// TRUNCATE planc.bill (a private cluster's postgres).  Destroys its bills.
+#include <fcntl.h>
+#include <libpq-fe.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/bill_store.h"
+#include "common/billing.h"
+#include "common/config.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ns_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+}
+
+planc::Segment sample(uint32_t i) {
+  planc::Segment s;
+  s.cluster = "bench";
+  s.job_id = 1000000 + i;
+  s.segment = 0;
+  s.submit_time = 1'780'000'000;
+  s.start_time = 1'780'000'000 + i % 7200;
+  s.end_time = s.start_time + 600 + i % 5000;
+  s.uid = 1000 + i % 50;
+  s.user = "user" + std::to_string(i % 50);
+  s.account = "acct-" + std::to_string(i % 10);
+  s.qos = i % 4 == 0 ? "p0-lease" : i % 4 == 1 ? "p1-guaranteed" : i % 4 == 2 ? "p2-spot" : "p3-spot";
+  s.partition = "gpu";
+  s.nodes = "gpu[1-2]";
+  s.node_count = 2;
+  s.state = i % 9 == 0 ? "PREEMPTED" : "COMPLETED";
+  s.job_name = "train-llm-run-" + std::to_string(i);
+  s.tres_req = "cpu=16,mem=64G,node=2,billing=16,gres/gpu=8";
+  s.tres_alloc = "cpu=16,mem=64G,node=2,billing=16,gres/gpu=8";
+  s.cpus = 16;
+  s.mem_mib = 65536;
+  s.gres = {{"gpu", "h800", 8}};
+  return s;
+}
+
+struct Percentiles {
+  double p50, p99, max;
+};
+Percentiles percentiles(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v[v.size() * 99 / 100], v.back()};
+}
+
+void die(const std::string& m) {
+  std::fprintf(stderr, "jobcomp_bench: %s\n", m.c_str());
+  std::exit(1);
+}
+
+PGconn* connect(const char* conninfo) {
+  PGconn* c = PQconnectdb(conninfo);
+  if (PQstatus(c) != CONNECTION_OK) die(PQerrorMessage(c));
+  return c;
+}
+
+void exec(PGconn* c, const char* sql) {
+  PGresult* r = PQexec(c, sql);
+  if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+    die(std::string(sql) + ": " + PQerrorMessage(c));
+  PQclear(r);
+}
+
+bool write_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) die("usage: jobcomp_bench CONNINFO [--segments N] [--sync-segments N] [--ingest N] [--rounds R]");
+  const char* conninfo = argv[1];
+  size_t n_cb = 100000, n_sync = 10000, n_ingest = 100000;
+  int rounds = 2;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    size_t v = std::strtoull(argv[i + 1], nullptr, 10);
+    if (k == "--segments") n_cb = v;
+    else if (k == "--sync-segments") n_sync = v;
+    else if (k == "--ingest") n_ingest = v;
+    else if (k == "--rounds") rounds = static_cast<int>(v);
+    else die("unknown option " + k);
+  }
+  planc::PlancConfig cfg;
+  std::vector<planc::Segment> segs;
+  segs.reserve(std::max(n_cb, n_ingest));
+  for (size_t i = 0; i < std::max(n_cb, n_ingest); i++) segs.push_back(sample(static_cast<uint32_t>(i)));
+
+  // --- 1. callback: serialize + one locked append ---------------------------------
+  char path[] = "/tmp/jobcomp_bench_spool.XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) die("mkstemp failed");
+  unlink(path);
+  std::mutex mu;
+  std::vector<double> cb;
+  cb.reserve(n_cb);
+  for (size_t i = 0; i < n_cb; i++) {
+    auto t0 = Clock::now();
+    std::string line = planc::serialize_segment(segs[i]);
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (!write_all(fd, line)) die("spool write failed");
+    }
+    cb.push_back(ns_since(t0));
+  }
+  close(fd);
+  // Synchronous single-row INSERT per segment, autocommit (jobcomp/mysql's way).
+  PGconn* pg = connect(conninfo);
+  exec(pg, "SET TIME ZONE 'UTC'");
+  exec(pg, "TRUNCATE planc.bill, planc.usage_hourly");
+  std::string ins = std::string("INSERT INTO planc.bill (") + planc::kBillColumns + ") VALUES (";
+  for (int j = 1; j <= 41; j++) ins += (j > 1 ? ",$" : "$") + std::to_string(j);
+  ins += ")";
+  std::vector<double> sync;
+  sync.reserve(n_sync);
+  for (size_t i = 0; i < n_sync; i++) {
+    auto t0 = Clock::now();
+    planc::Bill b = planc::price_segment(cfg, segs[i]);
+    // The same 41 values as the COPY row, as parameters.
+    std::string row = planc::bill_copy_row(b, "sync");
+    row.pop_back();
+    std::vector<std::string> vals;
+    size_t start = 0;
+    for (size_t p = 0; p <= row.size(); p++)
+      if (p == row.size() || row[p] == '\t') {
+        vals.push_back(row.substr(start, p - start));
+        start = p + 1;
+      }
+    std::vector<const char*> pv;
+    for (auto& v : vals) pv.push_back(v == "\\N" ? nullptr : v.c_str());
+    PGresult* r = PQexecParams(pg, ins.c_str(), static_cast<int>(pv.size()), nullptr, pv.data(),
+                               nullptr, nullptr, 0);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) die(PQerrorMessage(pg));
+    PQclear(r);
+    sync.push_back(ns_since(t0));
+  }
+  Percentiles a = percentiles(cb), s = percentiles(sync);
+  std::printf("callback (in-process, %zu segments): planc spool append p50 %8.2f us  p99 %8.2f us  max %9.1f us\n",
+              n_cb, a.p50 / 1000, a.p99 / 1000, a.max / 1000);
+  std::printf("callback (in-process, %zu segments): sync INSERT      p50 %8.2f us  p99 %8.2f us  max %9.1f us\n",
+              n_sync, s.p50 / 1000, s.p99 / 1000, s.max / 1000);
+  std::printf("callback ratio planc/sync: p50 %.3f  p99 %.3f   (target: planc p99 < 20 us)\n",
+              a.p50 / s.p50, a.p99 / s.p99);
+
+  // --- 2. ingest ---------------------------------------------------------------------
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < n_ingest; i++) lines.push_back(planc::serialize_segment(segs[i]));
+  std::string raw_rows;
+  for (size_t i = 0; i < n_ingest; i++)
+    raw_rows += planc::bill_copy_row(planc::price_segment(cfg, segs[i]), "raw");
+  std::vector<double> raw_rate, planc_rate;
+  planc::BillStore store(conninfo);
+  for (int r = 0; r < rounds; r++) {
+    for (int k = 0; k < 2; k++) {
+      bool raw = (r % 2 == 0) == (k == 0);
+      exec(pg, "TRUNCATE planc.bill, planc.usage_hourly");
+      exec(pg, "CHECKPOINT");
+      auto t0 = Clock::now();
+      if (raw) {
+        exec(pg, (std::string("COPY planc.bill (") + planc::kBillColumns + ") FROM STDIN").c_str());
+        for (size_t off = 0; off < raw_rows.size(); off += 1 << 20) {
+          size_t len = std::min<size_t>(1 << 20, raw_rows.size() - off);
+          if (PQputCopyData(pg, raw_rows.data() + off, static_cast<int>(len)) != 1) die(PQerrorMessage(pg));
+        }
+        if (PQputCopyEnd(pg, nullptr) != 1) die(PQerrorMessage(pg));
+        PGresult* res = PQgetResult(pg);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK) die(PQerrorMessage(pg));
+        PQclear(res);
+        while ((res = PQgetResult(pg))) PQclear(res);
+      } else {
+        // The worker: parse each spool line, price, write in batches of 5000.
+        std::vector<planc::Bill> batch;
+        for (size_t i = 0; i < n_ingest; i++) {
+          auto seg = planc::parse_segment(lines[i]);
+          if (!seg.ok()) die(seg.error());
+          batch.push_back(planc::price_segment(cfg, seg.value()));
+          if (batch.size() == 5000 || i + 1 == n_ingest) {
+            auto w = store.write(batch, "jobcomp");
+            if (!w.ok()) die(w.error());
+            batch.clear();
+          }
+        }
+      }
+      double secs = ns_since(t0) / 1e9;
+      (raw ? raw_rate : planc_rate).push_back(n_ingest / secs);
+      std::printf("ingest round %d %-5s: %9.0f segments/s (%zu in %.2f s)\n", r + 1,
+                  raw ? "raw" : "planc", n_ingest / secs, n_ingest, secs);
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  double rr = median(raw_rate), pr = median(planc_rate);
+  std::printf("ingest: planc %.0f/s, raw COPY %.0f/s, ratio %.2f (medians of %d; target >= 0.50)\n", pr,
+              rr, pr / rr, rounds);
+  exec(pg, "TRUNCATE planc.bill, planc.usage_hourly");
+  PQfinish(pg);
+  return 0;
+}
