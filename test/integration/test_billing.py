@@ -117,7 +117,8 @@ def test_p2_preempted_then_completed_has_free_and_charged_segment(small_cluster)
     assert victim, p.stderr
     c.wait_for("the P2 job to run", lambda: c.state(victim) == "RUNNING", timeout=60)
     time.sleep(2)
-    pre, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--gres=gpu:8", "-N1",
+    # 6 GPUs: the 1-node cluster caps P0+P1 at 80% of its 8.
+    pre, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--gres=gpu:6", "-N1",
                       "--wrap", "sleep 3", user="pcalice")
     assert pre, p.stderr
     segs = wait_bills(c, victim, 2, timeout=240)
