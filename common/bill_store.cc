@@ -57,15 +57,7 @@ constexpr const char* kMergeSql =
 // COPY text format: tab-separated, \N is NULL, backslash escapes.
 void field(std::string& row, std::string_view v) {
   if (!row.empty()) row += '\t';
-  for (char c : v) {
-    switch (c) {
-      case '\\': row += "\\\\"; break;
-      case '\t': row += "\\t"; break;
-      case '\n': row += "\\n"; break;
-      case '\r': row += "\\r"; break;
-      default: row += c;
-    }
-  }
+  append_escaped(row, v);
 }
 void field(std::string& row, int64_t v) { field(row, std::to_string(v)); }
 void null_field(std::string& row) {

@@ -187,8 +187,9 @@ uint32_t crc32(std::string_view s) {
   return c ^ 0xffffffffu;
 }
 
-void put(std::string& out, std::string_view v) {
-  out += '\t';
+}  // namespace
+
+void append_escaped(std::string& out, std::string_view v) {
   for (char c : v) {
     switch (c) {
       case '\\': out += "\\\\"; break;
@@ -198,6 +199,13 @@ void put(std::string& out, std::string_view v) {
       default: out += c;
     }
   }
+}
+
+namespace {
+
+void put(std::string& out, std::string_view v) {
+  out += '\t';
+  append_escaped(out, v);
 }
 void put(std::string& out, int64_t v) { put(out, std::to_string(v)); }
 

@@ -127,6 +127,10 @@ std::string format_minor(int64_t minor);
 // Card-seconds as a decimal with 6 places, from card_micro_seconds.
 std::string format_card_seconds(int64_t card_micro_seconds);
 
+// Appends `v` with backslash, tab, newline and carriage return escaped as
+// \\ \t \n \r: the spool's field encoding, and PostgreSQL COPY's text format.
+void append_escaped(std::string& out, std::string_view v);
+
 // The spool's record format: one line per segment, fields separated by
 // tabs with \\, \t, \n and \r escaped, a version first and a CRC-32 of the
 // rest last, so a torn or corrupt line is recognised, never misread.

@@ -43,6 +43,7 @@
 
 #include "common/bill_store.h"
 #include "common/billing.h"
+#include "common/file_util.h"
 #include "plugins/slurm_adapter.h"
 
 PLANC_EXPORT const char plugin_name[] = "Plan C billing to PostgreSQL";
@@ -93,17 +94,6 @@ void fsync_dir() {
   }
 }
 
-bool write_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = write(fd, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 // Spool files present at start (left by a crash or a stop with PostgreSQL
 // down), oldest first.
 std::vector<uint64_t> existing_spools() {
@@ -151,7 +141,7 @@ uint64_t rotate() {
   // Records whose write failed earlier (disk full) go to the closed file.
   size_t lost = 0;
   for (const std::string& line : retry) {
-    if (write_all(old, line)) continue;
+    if (planc::write_all(old, line)) continue;
     std::lock_guard<std::mutex> l(g_spool_mu);
     g_unwritten.push_back(line);
     lost++;
@@ -343,7 +333,7 @@ PLANC_EXPORT int fini(void) {
     std::lock_guard<std::mutex> l(g_spool_mu);
     if (g_fd >= 0) {
       for (const std::string& line : g_unwritten)
-        if (!write_all(g_fd, line)) error("%s: a segment could not be spooled at shutdown: %m", plugin_type);
+        if (!planc::write_all(g_fd, line)) error("%s: a segment could not be spooled at shutdown: %m", plugin_type);
       fsync(g_fd);
       close(g_fd);
       g_fd = -1;
@@ -366,7 +356,7 @@ PLANC_EXPORT int jobcomp_p_log_record(job_record_t* job) {
     if (!g_in_ctld || !job) return SLURM_SUCCESS;
     std::string line = planc::serialize_segment(planc::slurm::segment_of(job));
     std::lock_guard<std::mutex> l(g_spool_mu);
-    if (g_fd >= 0 && g_unwritten.empty() && write_all(g_fd, line)) {
+    if (g_fd >= 0 && g_unwritten.empty() && planc::write_all(g_fd, line)) {
       g_bytes += line.size();
       return SLURM_SUCCESS;
     }

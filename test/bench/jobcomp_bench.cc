@@ -30,6 +30,7 @@
 #include "common/bill_store.h"
 #include "common/billing.h"
 #include "common/config.h"
+#include "common/file_util.h"
 
 namespace {
 
@@ -90,17 +91,6 @@ void exec(PGconn* c, const char* sql) {
   PQclear(r);
 }
 
-bool write_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = write(fd, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,7 +125,7 @@ int main(int argc, char** argv) {
     std::string line = planc::serialize_segment(segs[i]);
     {
       std::lock_guard<std::mutex> l(mu);
-      if (!write_all(fd, line)) die("spool write failed");
+      if (!planc::write_all(fd, line)) die("spool write failed");
     }
     cb.push_back(ns_since(t0));
   }

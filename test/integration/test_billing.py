@@ -282,3 +282,23 @@ def test_report_totals_by_account_user_tier_and_hour(c):
     print(table.stdout)
     bad = bill_tool(c, "report", "--by", "planet", user="pcbob")
     assert bad.returncode != 0 and "--by 'planet': use account, user, tier, day or hour" in bad.stderr
+
+
+def test_sacct_c_filters(c):
+    ok, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "true", user="pcalice")
+    bad, _ = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--wrap", "exit 3", user="pcalice")
+    other, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "true", user="pcbob")
+    for j in (ok, bad, other):
+        assert j
+        wait_bills(c, j, 1)
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 3600))
+    ids = lambda *args: {r[0] for r in sacct_c(c, "root", "-S", start, *args)}
+    assert {ok, other} <= ids("-a", "-A", "acct-spot") and bad not in ids("-a", "-A", "acct-spot")
+    assert ids("-u", "pcbob") & {ok, bad, other} == {other}
+    assert ids("-a", "-s", "F") & {ok, bad, other} == {bad}
+    assert ids("-a", "-j", f"{ok},{other}") == {ok, other}
+    # A window that ends before these jobs ran shows none of them.
+    fmt = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+    before = {r[0] for r in sacct_c(c, "root", "-a", "-S", fmt(time.time() - 7200),
+                                    "-E", fmt(time.time() - 3600))}
+    assert not before & {ok, bad, other}
