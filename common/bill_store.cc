@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -23,36 +24,27 @@ const char* const kBillColumns =
 namespace {
 
 // Staging tables live for the connection; ON COMMIT DELETE ROWS empties
-// them at the end of every batch.
+// them at the end of every batch.  stage_bill is used only when a batch
+// holds a bill that is already stored (a replay).
 constexpr const char* kStageSql =
-    "CREATE TEMP TABLE IF NOT EXISTS stage_bill (LIKE planc.bill INCLUDING DEFAULTS) ON COMMIT DELETE ROWS;"
-    "CREATE TEMP TABLE IF NOT EXISTS stage_slice ("
-    "  cluster text, job_id bigint, start_time timestamptz, hour timestamptz,"
-    "  card_seconds numeric, core_seconds bigint, mem_gib_seconds numeric,"
-    "  amount_minor bigint) ON COMMIT DELETE ROWS;";
+    "CREATE TEMP TABLE IF NOT EXISTS stage_bill (LIKE planc.bill INCLUDING DEFAULTS)"
+    "  ON COMMIT DELETE ROWS;"
+    "CREATE TEMP TABLE IF NOT EXISTS stage_usage (LIKE planc.usage_hourly) ON COMMIT DELETE ROWS;";
 
-// New bills only (RETURNING gives the rows actually inserted), then their
-// slices summed into the hourly table.
-constexpr const char* kMergeSql =
-    "WITH ins AS ("
-    "  INSERT INTO planc.bill SELECT * FROM stage_bill"
-    "  ON CONFLICT (cluster, job_id, start_time) DO NOTHING"
-    "  RETURNING cluster, job_id, start_time, account, user_name, tier),"
-    " up AS ("
-    "  INSERT INTO planc.usage_hourly AS u (hour, cluster, account, user_name, tier,"
-    "    card_seconds, core_seconds, mem_gib_seconds, amount_minor, segments)"
-    "  SELECT s.hour, i.cluster, i.account, i.user_name, i.tier, sum(s.card_seconds),"
-    "    sum(s.core_seconds), sum(s.mem_gib_seconds), sum(s.amount_minor), count(*)"
-    "  FROM stage_slice s JOIN ins i USING (cluster, job_id, start_time)"
-    "  GROUP BY 1, 2, 3, 4, 5"
-    "  ON CONFLICT (hour, cluster, account, user_name, tier) DO UPDATE SET"
-    "    card_seconds = u.card_seconds + excluded.card_seconds,"
-    "    core_seconds = u.core_seconds + excluded.core_seconds,"
-    "    mem_gib_seconds = u.mem_gib_seconds + excluded.mem_gib_seconds,"
-    "    amount_minor = u.amount_minor + excluded.amount_minor,"
-    "    segments = u.segments + excluded.segments"
-    "  RETURNING 1)"
-    " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM up)";
+// Replay path: only bills not stored yet; RETURNING names them.
+constexpr const char* kInsertNewSql =
+    "INSERT INTO planc.bill SELECT * FROM stage_bill"
+    " ON CONFLICT (cluster, job_id, start_time) DO NOTHING"
+    " RETURNING cluster, job_id, extract(epoch FROM start_time)::bigint";
+
+constexpr const char* kUsageUpsertSql =
+    "INSERT INTO planc.usage_hourly AS u SELECT * FROM stage_usage"
+    " ON CONFLICT (hour, cluster, account, user_name, tier) DO UPDATE SET"
+    "  card_seconds = u.card_seconds + excluded.card_seconds,"
+    "  core_seconds = u.core_seconds + excluded.core_seconds,"
+    "  mem_gib_seconds = u.mem_gib_seconds + excluded.mem_gib_seconds,"
+    "  amount_minor = u.amount_minor + excluded.amount_minor,"
+    "  segments = u.segments + excluded.segments";
 
 // COPY text format: tab-separated, \N is NULL, backslash escapes.
 void field(std::string& row, std::string_view v) {
@@ -200,8 +192,28 @@ Result<bool> BillStore::exec(const char* sql) {
   return true;
 }
 
+Result<bool> BillStore::copy_in(const std::string& sql, const std::string& data) {
+  PGresult* r = PQexec(conn_, sql.c_str());
+  bool ok = PQresultStatus(r) == PGRES_COPY_IN;
+  PQclear(r);
+  if (!ok) return Result<bool>::failure(error_of(conn_, "COPY"));
+  if (PQputCopyData(conn_, data.data(), static_cast<int>(data.size())) != 1 ||
+      PQputCopyEnd(conn_, nullptr) != 1)
+    return Result<bool>::failure(error_of(conn_, "COPY data"));
+  r = PQgetResult(conn_);
+  ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+  const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+  last_sqlstate_ = state ? state : "";
+  std::string e = ok ? "" : error_of(conn_, "COPY");
+  PQclear(r);
+  while ((r = PQgetResult(conn_))) PQclear(r);
+  if (!ok) return Result<bool>::failure(e);
+  return true;
+}
+
 Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::string& source) {
   using R = Result<size_t>;
+  using Key = std::tuple<std::string, uint32_t, int64_t>;
   if (bills.empty()) return size_t{0};
   if (auto c = connect(); !c.ok()) return R::failure(c.error());
   if (!staged_) {
@@ -212,57 +224,83 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
     PQclear(PQexec(conn_, "ROLLBACK"));
     return R::failure(e);
   };
-  if (auto r = exec("BEGIN"); !r.ok()) return R::failure(r.error());
-
   // The same segment can be in one batch twice (a replayed spool file next
-  // to its original): keep the first, or its slices would count twice.
-  std::set<std::tuple<std::string, uint32_t, int64_t>> keys;
-  std::string bill_data, slice_data;
+  // to its original): keep the first.
+  std::set<Key> keys;
+  std::vector<const Bill*> unique;
+  std::string bill_data;
   for (const Bill& b : bills) {
     if (!keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time).second) continue;
+    unique.push_back(&b);
     bill_data += bill_copy_row(b, source);
-    for (const HourSlice& h : split_by_hour(b)) {
-      std::string r;
-      field(r, b.seg.cluster);
-      field(r, b.seg.job_id);
-      field(r, pg_timestamp(b.seg.start_time));
-      field(r, pg_timestamp(h.hour));
-      field(r, format_card_seconds(h.card_micro_seconds));
-      field(r, h.core_seconds);
-      field(r, gib_seconds(h.mem_mib_seconds));
-      field(r, h.amount_minor);
-      slice_data += r + '\n';
+  }
+  if (auto r = exec("BEGIN"); !r.ok()) return R::failure(r.error());
+  // Fast path: none of these bills is stored yet (the usual case), so they
+  // go straight into planc.bill with one COPY.  A replay trips the primary
+  // key; then only the new ones are inserted, through staging.
+  std::set<Key> fresh;
+  if (auto r = exec("SAVEPOINT fast"); !r.ok()) return fail(r.error());
+  auto direct = copy_in(std::string("COPY planc.bill (") + kBillColumns + ") FROM STDIN", bill_data);
+  if (direct.ok()) {
+    fresh = keys;
+  } else if (last_sqlstate_ == "23505") {  // unique_violation: a replay
+    if (auto r = exec("ROLLBACK TO SAVEPOINT fast"); !r.ok()) return fail(r.error());
+    if (auto r = copy_in(std::string("COPY stage_bill (") + kBillColumns + ") FROM STDIN", bill_data);
+        !r.ok())
+      return fail(r.error());
+    PGresult* m = PQexec(conn_, kInsertNewSql);
+    if (PQresultStatus(m) != PGRES_TUPLES_OK) {
+      std::string e = error_of(conn_, "storing bills");
+      PQclear(m);
+      return fail(e);
+    }
+    for (int i = 0; i < PQntuples(m); i++)
+      fresh.emplace(PQgetvalue(m, i, 0),
+                    static_cast<uint32_t>(std::strtoul(PQgetvalue(m, i, 1), nullptr, 10)),
+                    std::strtoll(PQgetvalue(m, i, 2), nullptr, 10));
+    PQclear(m);
+  } else {
+    return fail(direct.error());
+  }
+  // Hourly totals of the bills actually stored, summed here so the upsert
+  // touches one row per hour x account x user x tier.
+  struct Usage {
+    int64_t card_micro_seconds = 0, core_seconds = 0, mem_mib_seconds = 0, amount_minor = 0;
+    int64_t segments = 0;
+  };
+  std::map<std::tuple<int64_t, std::string, std::string, std::string, std::string>, Usage> usage;
+  for (const Bill* b : unique) {
+    if (!fresh.count({b->seg.cluster, b->seg.job_id, b->seg.start_time})) continue;
+    for (const HourSlice& h : split_by_hour(*b)) {
+      Usage& u = usage[{h.hour, b->seg.cluster, b->seg.account, b->seg.user, b->tier}];
+      u.card_micro_seconds += h.card_micro_seconds;
+      u.core_seconds += h.core_seconds;
+      u.mem_mib_seconds += h.mem_mib_seconds;
+      u.amount_minor += h.amount_minor;
+      u.segments++;
     }
   }
-  auto copy = [this](const std::string& sql, const std::string& data) -> Result<bool> {
-    PGresult* r = PQexec(conn_, sql.c_str());
-    bool ok = PQresultStatus(r) == PGRES_COPY_IN;
-    PQclear(r);
-    if (!ok) return Result<bool>::failure(error_of(conn_, "COPY"));
-    if (PQputCopyData(conn_, data.data(), static_cast<int>(data.size())) != 1 ||
-        PQputCopyEnd(conn_, nullptr) != 1)
-      return Result<bool>::failure(error_of(conn_, "COPY data"));
-    r = PQgetResult(conn_);
-    ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    PQclear(r);
-    while ((r = PQgetResult(conn_))) PQclear(r);
-    if (!ok) return Result<bool>::failure(error_of(conn_, "COPY"));
-    return true;
-  };
-  if (auto r = copy(std::string("COPY stage_bill (") + kBillColumns + ") FROM STDIN", bill_data);
-      !r.ok())
-    return fail(r.error());
-  if (auto r = copy("COPY stage_slice FROM STDIN", slice_data); !r.ok()) return fail(r.error());
-  PGresult* m = PQexec(conn_, kMergeSql);
-  if (PQresultStatus(m) != PGRES_TUPLES_OK) {
-    std::string e = error_of(conn_, "storing bills");
-    PQclear(m);
-    return fail(e);
+  if (!usage.empty()) {
+    std::string data;
+    for (const auto& [k, u] : usage) {
+      std::string r;
+      field(r, pg_timestamp(std::get<0>(k)));
+      field(r, std::get<1>(k));
+      field(r, std::get<2>(k));
+      field(r, std::get<3>(k));
+      field(r, std::get<4>(k));
+      field(r, format_card_seconds(u.card_micro_seconds));
+      field(r, u.core_seconds);
+      field(r, gib_seconds(u.mem_mib_seconds));
+      field(r, u.amount_minor);
+      field(r, u.segments);
+      data += r + '\n';
+    }
+    if (auto r = copy_in("COPY stage_usage FROM STDIN", data); !r.ok()) return fail(r.error());
+    if (auto r = exec(kUsageUpsertSql); !r.ok()) return fail(r.error());
   }
-  size_t inserted = static_cast<size_t>(std::strtoull(PQgetvalue(m, 0, 0), nullptr, 10));
-  PQclear(m);
   if (auto r = exec("COMMIT"); !r.ok()) return R::failure(r.error());
-  return inserted;
+  return fresh.size();
 }
 
 Result<std::vector<std::vector<std::string>>> BillStore::rows(

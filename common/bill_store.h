@@ -51,6 +51,8 @@ class BillStore {
   // Stores bills and adds their hour slices to planc.usage_hourly, in one
   // transaction.  A bill whose key (cluster, job_id, start_time) is already
   // stored is skipped together with its slices, so a replay changes nothing.
+  // The connection's role must bypass row-level security (COPY into a table
+  // with RLS is refused otherwise): planc-bill sync-roles --writer does that.
   // Returns how many bills were new.  `source` is "jobcomp" or "reconcile".
   Result<size_t> write(const std::vector<Bill>& bills, const std::string& source);
 
@@ -66,10 +68,12 @@ class BillStore {
 
  private:
   Result<bool> exec(const char* sql);
+  Result<bool> copy_in(const std::string& sql, const std::string& data);
   std::string conninfo_;
   std::string as_user_;
   pg_conn* conn_ = nullptr;
   bool staged_ = false;  // temp staging tables exist on this connection
+  std::string last_sqlstate_;  // of the last COPY
 };
 
 // One bill as a line of COPY text for planc.bill's columns (kBillColumns);

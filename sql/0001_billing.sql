@@ -143,6 +143,12 @@ BEGIN
     EXECUTE format('CREATE ROLE %I LOGIN', p_role);
   END IF;
   EXECUTE format('GRANT %I TO %I', p_group, p_role);
+  -- The writer COPYs bills in batches, which PostgreSQL refuses on tables
+  -- with row-level security unless the role bypasses it; it still has only
+  -- INSERT and SELECT on the bills (no UPDATE, no DELETE).
+  IF p_group = 'planc_writer' THEN
+    EXECUTE format('ALTER ROLE %I BYPASSRLS', p_role);
+  END IF;
 END $$;
 REVOKE ALL ON FUNCTION planc.ensure_member(text, text) FROM PUBLIC;
 

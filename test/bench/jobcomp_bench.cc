@@ -183,7 +183,9 @@ int main(int argc, char** argv) {
       exec(pg, "CHECKPOINT");
       auto t0 = Clock::now();
       if (raw) {
-        exec(pg, (std::string("COPY planc.bill (") + planc::kBillColumns + ") FROM STDIN").c_str());
+        PGresult* start = PQexec(pg, (std::string("COPY planc.bill (") + planc::kBillColumns + ") FROM STDIN").c_str());
+        if (PQresultStatus(start) != PGRES_COPY_IN) die(PQerrorMessage(pg));
+        PQclear(start);
         for (size_t off = 0; off < raw_rows.size(); off += 1 << 20) {
           size_t len = std::min<size_t>(1 << 20, raw_rows.size() - off);
           if (PQputCopyData(pg, raw_rows.data() + off, static_cast<int>(len)) != 1) die(PQerrorMessage(pg));
