@@ -74,12 +74,11 @@ Result<PreemptLedger> PreemptLedger::parse(std::string_view text, uint32_t max_c
   std::string_view body = framed.value();
 
   PreemptLedger ledger(max_count, window_seconds);
-  size_t pos = 0, lines = 0;
-  while (pos < body.size()) {
-    size_t nl = body.find('\n', pos);
-    if (nl == std::string_view::npos) return R::failure("line without newline");
-    auto w = split_words(body.substr(pos, nl - pos));
-    pos = nl + 1;
+  auto all = split_lines(body);
+  if (!all) return R::failure("line without newline");
+  size_t lines = 0;
+  for (std::string_view line : *all) {
+    auto w = split_words(line);
     ++lines;
     uint64_t id = 0;
     if (w.size() < 2 || !parse_u64(w[0], &id) || id == 0 || id > 0xffffffffULL)

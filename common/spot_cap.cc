@@ -109,20 +109,18 @@ Result<SpotLedger> SpotLedger::parse(std::string_view text, SpotDayRule rule) {
   if (!framed.ok()) return R::failure("not a valid Plan C spot cap state file: " + framed.error());
   std::string_view body = framed.value();
   SpotLedger l(rule);
-  size_t pos = 0, lines = 0;
+  auto all = split_lines(body);
+  if (!all) return R::failure("line without newline");
+  size_t lines = 0;
   auto tier_of = [](std::string_view s, TierId* out) {
     uint64_t v = 0;
     if (!parse_u64(s, &v) || v >= kTierCount) return false;
     *out = static_cast<TierId>(v);
     return true;
   };
-  while (pos < body.size()) {
-    size_t nl = body.find('\n', pos);
-    if (nl == std::string_view::npos) return R::failure("line without newline");
-    auto w = split_words(body.substr(pos, nl - pos));
-    pos = nl + 1;
+  for (std::string_view line : *all) {
+    auto w = split_words(line);
     ++lines;
-    std::string bad = "bad line " + std::to_string(lines);
     uint64_t a = 0, b = 0, c = 0;
     TierId tier;
     if (w.size() == 2 && w[0] == "asof" && parse_u64(w[1], &a)) {
@@ -135,7 +133,7 @@ Result<SpotLedger> SpotLedger::parse(std::string_view text, SpotDayRule rule) {
       l.tracked_[static_cast<uint32_t>(a)] = {std::string(w[5]), tier, static_cast<uint32_t>(b),
                                               static_cast<time_t>(c)};
     } else {
-      return R::failure(bad);
+      return R::failure("bad line " + std::to_string(lines));
     }
   }
   if (lines != records) return R::failure("record count does not match the trailer");

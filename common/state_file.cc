@@ -56,6 +56,18 @@ Result<std::string_view> unframe_state(std::string_view text, std::string_view h
   return body;
 }
 
+std::optional<std::vector<std::string_view>> split_lines(std::string_view body) {
+  std::vector<std::string_view> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t nl = body.find('\n', pos);
+    if (nl == std::string_view::npos) return std::nullopt;
+    out.push_back(body.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  return out;
+}
+
 std::vector<std::string_view> split_words(std::string_view line) {
   std::vector<std::string_view> out;
   size_t i = 0;

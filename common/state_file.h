@@ -28,6 +28,9 @@ std::string frame_state(std::string_view header, std::string_view body, size_t r
 Result<std::string_view> unframe_state(std::string_view text, std::string_view header,
                                        uint64_t* records);
 
+// The lines of a body, without their '\n'; nullopt when the last line has
+// none (a body from unframe_state() always ends in one unless corrupt).
+std::optional<std::vector<std::string_view>> split_lines(std::string_view body);
 // Splits on blanks.
 std::vector<std::string_view> split_words(std::string_view line);
 // A decimal number without sign; false on anything else or overflow.

@@ -70,6 +70,11 @@ std::shared_ptr<const PlancConfig> load_plugin_config(const char* plugin_type) {
   return std::make_shared<const PlancConfig>(std::move(r).value());
 }
 
+std::string state_file_path(const char* name) {
+  const char* dir = slurm_conf.state_save_location ? slurm_conf.state_save_location : ".";
+  return std::string(dir) + "/" + name;
+}
+
 SubmitRequest submit_request(const PlancConfig& cfg, const job_desc_msg_t* desc) {
   SubmitRequest req;
   req.requested_qos = str(desc->qos);

@@ -23,6 +23,9 @@ namespace planc::slurm {
 // returns nullptr; the caller fails init().
 std::shared_ptr<const PlancConfig> load_plugin_config(const char* plugin_type);
 
+// <StateSaveLocation>/<name>: where a plugin keeps its state file.
+std::string state_file_path(const char* name);
+
 // Fills a SubmitRequest for a new job from its description and its
 // association in slurmdbd's cache.  Takes assoc_mgr read locks briefly.
 SubmitRequest submit_request(const PlancConfig& cfg, const job_desc_msg_t* desc);

@@ -292,9 +292,7 @@ PLANC_EXPORT int init(void) {
   try {
     g_config = planc::slurm::load_plugin_config(plugin_type);
     if (!g_config) return SLURM_ERROR;
-    g_state_path = std::string(slurm_conf.state_save_location ? slurm_conf.state_save_location
-                                                              : ".") +
-                   "/" + kStateFile;
+    g_state_path = planc::slurm::state_file_path(kStateFile);
     g_tiers = std::make_unique<planc::QosTierCache>(g_config->tiers);
     g_ledger = load_spot_state(*g_config);
     publish_usage();

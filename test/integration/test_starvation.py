@@ -11,12 +11,7 @@ import time
 
 import pytest
 
-STUBBORN = """#!/bin/bash
-f={work}/sig.$SLURM_JOB_ID
-echo "start $(date +%s.%N) restarts=${{SLURM_RESTART_COUNT:-0}}" >> $f
-trap 'echo "SIGTERM $(date +%s.%N)" >> '$f TERM
-while true; do sleep 0.2; done
-"""
+from test_preempt import STUBBORN  # a job that traps SIGTERM and keeps running
 
 P2_LINE = ("Tier=P2 QOS=p2-spot Aliases=p2,plan-a-spot,elastic Priority=5000 Preemptible=yes "
            "Preempts=P3 GraceTime=3 PriceFactor=0.35")
@@ -28,6 +23,7 @@ MARK = re.compile(r"\[planc:free-attempt\] upgraded from P3 \(p3-spot\) to P2 \(
 @pytest.fixture(scope="module")
 def starving(cluster):
     cluster.set_planc_conf(["StarvationThreshold=4s", "StarvationInterval=1s", P2_LINE])
+    cluster.stubborn = cluster.write_script("stubborn.sh", STUBBORN.format(work=cluster.work))
     yield cluster
     cluster.cancel_all()
     cluster.set_planc_conf([])
@@ -36,7 +32,6 @@ def starving(cluster):
 @pytest.fixture
 def c(starving):
     starving.cancel_all()
-    starving.stubborn = starving.write_script("stubborn.sh", STUBBORN.format(work=starving.work))
     yield starving
     starving.cancel_all()
 

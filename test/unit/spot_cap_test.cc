@@ -1,11 +1,10 @@
 #include <gtest/gtest.h>
 
 #include "common/spot_cap.h"
+#include "test/unit/test_config.h"
 
 namespace planc {
 namespace {
-
-PlancConfig cfg(const char* text) { return parse_config(text, "x").value(); }
 
 // 2026-11-30T00:00:00Z.
 constexpr time_t kMidnightUtc = 1795996800;
@@ -36,7 +35,7 @@ TEST(SpotCapTest, DayBoundaries) {
       {"SpotCapTimeZone=UTC\nSpotCapDayLength=60", kMidnightUtc + 59, kMidnightUtc},
   };
   for (const Case& c : cases) {
-    SpotDayRule r = SpotDayRule::of(cfg(c.conf));
+    SpotDayRule r = SpotDayRule::of(conf(c.conf));
     EXPECT_EQ(r.start(c.t), c.day_start) << c.conf << " t=" << c.t;
     EXPECT_EQ(r.next_reset(c.t), c.day_start + r.length) << c.conf;
     EXPECT_EQ(r.index(c.day_start), r.index(c.day_start + r.length - 1)) << c.conf;
@@ -44,7 +43,7 @@ TEST(SpotCapTest, DayBoundaries) {
   }
 }
 
-SpotDayRule utc_day() { return SpotDayRule::of(cfg("SpotCapTimeZone=UTC")); }
+SpotDayRule utc_day() { return SpotDayRule::of(conf("SpotCapTimeZone=UTC")); }
 
 RunningSpotJob job(uint32_t id, const char* acct, TierId tier, uint32_t gpus, time_t start) {
   return RunningSpotJob{id, acct, tier, gpus, start};
@@ -157,7 +156,7 @@ TEST(SpotCapTest, StateFileRoundTripAndCorruption) {
 }
 
 TEST(SpotCapTest, RefusalMessage) {
-  PlancConfig c = cfg("SpotCapP3=2\nSpotCapP2=unlimited");
+  PlancConfig c = conf("SpotCapP3=2\nSpotCapP2=unlimited");
   const time_t now = kMidnightUtc + 3600;  // 09:00 at UTC+08:00
   EXPECT_FALSE(spot_cap_refusal(c, "acct-spot", TierId::kP3, 7199, now));
   EXPECT_FALSE(spot_cap_refusal(c, "acct-spot", TierId::kP2, 1u << 30, now));
@@ -168,7 +167,7 @@ TEST(SpotCapTest, RefusalMessage) {
             "P3 (p3-spot) today, counting running jobs. The cap resets at 2026-12-01 00:00:00 "
             "UTC+08:00 (in 15 h 0 min). To run now, use a guaranteed tier: --qos=p1-guaranteed "
             "(P1, Plan B guaranteed API and internal critical services)");
-  PlancConfig p2 = cfg("SpotCapP2=0.01");
+  PlancConfig p2 = conf("SpotCapP2=0.01");
   auto m2 = spot_cap_refusal(p2, "a", TierId::kP2, 40, now);
   ASSERT_TRUE(m2);
   EXPECT_NE(m2->find("used 0.011 of its 0.01 card-hours of P2 (p2-spot)"), std::string::npos)

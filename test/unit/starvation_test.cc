@@ -1,13 +1,12 @@
 #include <gtest/gtest.h>
 
 #include "common/starvation.h"
+#include "test/unit/test_config.h"
 
 namespace planc {
 namespace {
 
-PlancConfig cfg(const char* text = "StarvationThreshold=30min\nStarvationMaxPerInterval=3") {
-  return parse_config(text, "x").value();
-}
+PlancConfig cfg() { return conf("StarvationThreshold=30min\nStarvationMaxPerInterval=3"); }
 
 constexpr time_t kNow = 1796000000;
 
@@ -61,7 +60,7 @@ TEST(StarvationTest, LongestWaitFirstAtMostNPerInterval) {
       {"StarvationThreshold=2h\nStarvationMaxPerInterval=10", {}},
   };
   for (const Case& k : cases) {
-    auto ups = select_upgrades(cfg(k.text), jobs, kNow);
+    auto ups = select_upgrades(conf(k.text), jobs, kNow);
     std::vector<uint32_t> ids;
     for (const Upgrade& u : ups) ids.push_back(u.job_id);
     EXPECT_EQ(ids, k.ids) << k.text;
