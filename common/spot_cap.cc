@@ -144,6 +144,23 @@ bool spot_capped(const PlancConfig& cfg, TierId tier) {
   return cfg.spot_cap_card_seconds[tier_index(tier)] != kUnlimited;
 }
 
+std::string describe_spot_cap(const PlancConfig& cfg, TierId tier) {
+  if (!spot_capped(cfg, tier)) return "unlimited";
+  return format_card_hours(cfg.spot_cap_card_seconds[tier_index(tier)]) + " card-hours/day";
+}
+
+std::string describe_spot_day(const PlancConfig& cfg) {
+  return format_time_of_day(cfg.spot_reset_seconds) + " UTC" +
+         format_utc_offset(cfg.spot_utc_offset_seconds) + ", every " +
+         std::to_string(cfg.spot_day_seconds) + " s";
+}
+
+std::string format_time_of_day(uint32_t s) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%02u:%02u:%02u", s / 3600 % 100, s % 3600 / 60, s % 60);
+  return buf;
+}
+
 std::string format_card_hours(uint64_t cs) {
   uint64_t milli = cs * 1000 / 3600;
   char buf[48];

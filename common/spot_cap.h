@@ -120,8 +120,15 @@ bool spot_capped(const PlancConfig& cfg, TierId tier);
 std::optional<std::string> spot_cap_refusal(const PlancConfig& cfg, std::string_view account,
                                             TierId tier, uint64_t used, time_t now);
 
+// "unlimited" or "2.50 card-hours/day", for logs and scontrol show config.
+std::string describe_spot_cap(const PlancConfig& cfg, TierId tier);
+// "00:00:00 UTC+08:00, every 86400 s".
+std::string describe_spot_day(const PlancConfig& cfg);
+
 // Card-seconds as card-hours, "1.25" (at least 2, at most 3 decimals, rounded down).
 std::string format_card_hours(uint64_t card_seconds);
+// 16200 -> "04:30:00".
+std::string format_time_of_day(uint32_t seconds);
 // "+08:00".
 std::string format_utc_offset(int32_t seconds);
 

@@ -258,11 +258,6 @@ void worker() {
   }
 }
 
-std::string cap_text(TierId t) {
-  uint64_t cs = g_config->spot_cap_card_seconds[planc::tier_index(t)];
-  return cs == planc::kUnlimited ? "unlimited" : planc::format_card_hours(cs) + " card-hours/day";
-}
-
 void add_pair(List pairs, const char* name, const std::string& value) {
   auto* kp = static_cast<config_key_pair_t*>(xmalloc(sizeof(config_key_pair_t)));
   kp->name = xstrdup(name);
@@ -300,10 +295,12 @@ PLANC_EXPORT int init(void) {
     g_worker = std::thread(worker);
     g_running = true;
     verbose("%s loaded: starvation threshold %u s, checked every %u s, at most %u a time; "
-            "spot caps P2 %s, P3 %s",
+            "spot caps P2 %s, P3 %s, day starts %s",
             plugin_type, g_config->starvation_threshold_seconds,
             g_config->starvation_interval_seconds, g_config->starvation_max_per_interval,
-            cap_text(TierId::kP2).c_str(), cap_text(TierId::kP3).c_str());
+            planc::describe_spot_cap(*g_config, TierId::kP2).c_str(),
+            planc::describe_spot_cap(*g_config, TierId::kP3).c_str(),
+            planc::describe_spot_day(*g_config).c_str());
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
     error("%s: init failed: %s", plugin_type, e.what());
@@ -346,12 +343,9 @@ PLANC_EXPORT void slurmctld_plugstack_p_get_config(config_plugin_params_t* p) {
     add_pair(p->key_pairs, "StarvationInterval", secs(cfg.starvation_interval_seconds));
     add_pair(p->key_pairs, "StarvationMaxPerInterval",
              std::to_string(cfg.starvation_max_per_interval));
-    add_pair(p->key_pairs, "SpotCapP2", cap_text(TierId::kP2));
-    add_pair(p->key_pairs, "SpotCapP3", cap_text(TierId::kP3));
-    char reset[16];
-    std::snprintf(reset, sizeof(reset), "%02u:%02u:%02u", cfg.spot_reset_seconds / 3600,
-                  cfg.spot_reset_seconds % 3600 / 60, cfg.spot_reset_seconds % 60);
-    add_pair(p->key_pairs, "SpotCapResetTime", reset);
+    add_pair(p->key_pairs, "SpotCapP2", planc::describe_spot_cap(cfg, TierId::kP2));
+    add_pair(p->key_pairs, "SpotCapP3", planc::describe_spot_cap(cfg, TierId::kP3));
+    add_pair(p->key_pairs, "SpotCapResetTime", planc::format_time_of_day(cfg.spot_reset_seconds));
     add_pair(p->key_pairs, "SpotCapTimeZone",
              "UTC" + planc::format_utc_offset(cfg.spot_utc_offset_seconds));
     add_pair(p->key_pairs, "SpotCapDayLength", secs(cfg.spot_day_seconds));

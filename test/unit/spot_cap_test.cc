@@ -184,6 +184,10 @@ TEST(SpotCapTest, Formatting) {
   EXPECT_EQ(format_utc_offset(8 * 3600), "+08:00");
   EXPECT_EQ(format_utc_offset(-(5 * 3600 + 1800)), "-05:30");
   EXPECT_EQ(format_utc_offset(0), "+00:00");
+  EXPECT_EQ(format_time_of_day(16200), "04:30:00");
+  EXPECT_EQ(describe_spot_cap(conf("SpotCapP3=2.5"), TierId::kP3), "2.50 card-hours/day");
+  EXPECT_EQ(describe_spot_cap(conf(""), TierId::kP2), "unlimited");
+  EXPECT_EQ(describe_spot_day(conf("")), "00:00:00 UTC+08:00, every 86400 s");
 }
 
 }  // namespace
