@@ -223,6 +223,21 @@ class Parser {
         ok = duration_value(p, 1, 86400, &cfg_.starvation_interval_seconds);
       } else if (k == "starvationmaxperinterval") {
         ok = uint_value(p, 1, 100000, &cfg_.starvation_max_per_interval);
+      } else if (k == "spotcapp2" || k == "spotcapp3") {
+        ok = spot_cap(p, k == "spotcapp2" ? TierId::kP2 : TierId::kP3);
+      } else if (k == "spotcapresettime") {
+        auto t = parse_time_of_day(p.value);
+        if (!t) return bad(p, "'" + p.value + "' is not a time of day (HH:MM, e.g. 00:00 or 04:30)");
+        cfg_.spot_reset_seconds = *t;
+      } else if (k == "spotcaptimezone") {
+        auto z = parse_utc_offset(p.value);
+        if (!z)
+          return bad(p, "'" + p.value +
+                            "' is not a UTC offset (e.g. UTC, UTC+8, +08:00, -05:30; zones with "
+                            "daylight saving time are not supported)");
+        cfg_.spot_utc_offset_seconds = *z;
+      } else if (k == "spotcapdaylength") {
+        ok = duration_value(p, 10, 86400, &cfg_.spot_day_seconds);
       } else if (k == "currency") {
         if (p.value.empty() || p.value.size() > 8 ||
             p.value.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ") != std::string::npos)
@@ -250,6 +265,21 @@ class Parser {
       }
       if (!ok) return false;
     }
+    return true;
+  }
+
+  // Card-hours per account per day, or "unlimited".
+  bool spot_cap(const Pair& p, TierId tier) {
+    uint64_t& cap = cfg_.spot_cap_card_seconds[tier_index(tier)];
+    if (iequals(p.value, "unlimited")) {
+      cap = kUnlimited;
+      return true;
+    }
+    auto m = parse_decimal_micros(p.value);
+    if (!m)
+      return bad(p, "'" + p.value +
+                        "' is not a number of card-hours (e.g. 100 or 0.5) or 'unlimited'");
+    cap = static_cast<uint64_t>(*m) * 3600 / kMicrosPerUnit;
     return true;
   }
 
@@ -355,7 +385,8 @@ class Parser {
   static constexpr const char* kGlobalKeys =
       "DefaultTier, GuaranteedCapPercent, GuaranteedPartition, GuaranteedCapQOS, "
       "PreemptMaxCount, PreemptWindow, "
-      "StarvationThreshold, StarvationInterval, StarvationMaxPerInterval, Currency, "
+      "StarvationThreshold, StarvationInterval, StarvationMaxPerInterval, SpotCapP2, SpotCapP3, "
+      "SpotCapResetTime, SpotCapTimeZone, SpotCapDayLength, Currency, "
       "CardHourPrice, DefaultCardHourPrice, CardHourPriceFloor, CoreHourPrice, "
       "MemGiBHourPrice, CardWeight, MpsPerCard, ShardsPerCard";
   static constexpr const char* kTierKeys =
@@ -393,6 +424,43 @@ std::optional<Micros> parse_decimal_micros(std::string_view s) {
   }
   for (; decimals < 6; ++decimals) frac *= 10;
   return whole * kMicrosPerUnit + frac;
+}
+
+std::optional<uint32_t> parse_time_of_day(std::string_view s) {
+  // HH:MM or HH:MM:SS, two digits each.
+  if (s.size() != 5 && s.size() != 8) return std::nullopt;
+  uint32_t parts[3] = {0, 0, 0};
+  for (size_t i = 0, n = 0; i < s.size(); i += 3, ++n) {
+    if (!std::isdigit(static_cast<unsigned char>(s[i])) ||
+        !std::isdigit(static_cast<unsigned char>(s[i + 1])) || (i + 2 < s.size() && s[i + 2] != ':'))
+      return std::nullopt;
+    parts[n] = static_cast<uint32_t>((s[i] - '0') * 10 + (s[i + 1] - '0'));
+  }
+  if (parts[0] > 23 || parts[1] > 59 || parts[2] > 59) return std::nullopt;
+  return parts[0] * 3600 + parts[1] * 60 + parts[2];
+}
+
+std::optional<int32_t> parse_utc_offset(std::string_view s) {
+  std::string v = lower(s);
+  if (v.rfind("utc", 0) == 0) v = v.substr(3);
+  if (v.empty()) return 0;
+  if (v[0] != '+' && v[0] != '-') return std::nullopt;
+  int sign = v[0] == '-' ? -1 : 1;
+  std::string_view rest = std::string_view(v).substr(1);
+  uint32_t h = 0, m = 0;
+  size_t colon = rest.find(':');
+  std::string_view hs = rest.substr(0, colon);
+  if (hs.empty() || hs.size() > 2 || hs.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
+  h = static_cast<uint32_t>(std::stoul(std::string(hs)));
+  if (colon != std::string_view::npos) {
+    std::string_view ms = rest.substr(colon + 1);
+    if (ms.size() != 2 || ms.find_first_not_of("0123456789") != std::string_view::npos)
+      return std::nullopt;
+    m = static_cast<uint32_t>(std::stoul(std::string(ms)));
+  }
+  if (h > 14 || m > 59) return std::nullopt;
+  return sign * static_cast<int32_t>(h * 3600 + m * 60);
 }
 
 std::optional<uint32_t> parse_duration(std::string_view s) {

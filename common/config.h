@@ -51,6 +51,9 @@ struct Prices {
   uint32_t shards_per_card = 0;
 };
 
+// A spot cap that is not set.
+inline constexpr uint64_t kUnlimited = UINT64_MAX;
+
 struct PlancConfig {
   TierTable tiers = TierTable::defaults();
   // Tier for a job with no --qos whose association has no DefaultQOS.
@@ -70,6 +73,13 @@ struct PlancConfig {
   uint32_t starvation_threshold_seconds = 30 * 60;
   uint32_t starvation_interval_seconds = 60;
   uint32_t starvation_max_per_interval = 10;
+  // Daily spot cap per account, in card-seconds per day by tier (only P2
+  // and P3 may have one; planc.conf gives card-hours).  See spot_cap.h.
+  std::array<uint64_t, kTierCount> spot_cap_card_seconds{kUnlimited, kUnlimited, kUnlimited,
+                                                         kUnlimited};
+  uint32_t spot_reset_seconds = 0;             // local time of day: 00:00
+  int32_t spot_utc_offset_seconds = 8 * 3600;  // UTC+08:00 (Beijing)
+  uint32_t spot_day_seconds = 86400;           // shorter only for tests
   Prices prices;
 };
 
@@ -88,6 +98,10 @@ uint32_t guaranteed_gpu_cap(const PlancConfig& cfg, uint32_t total_gpus);
 
 // "20.00" -> 20000000 micros.  At most 6 decimals, no sign, no exponent.
 std::optional<Micros> parse_decimal_micros(std::string_view s);
+// "08:00" or "08:00:30" -> seconds after midnight.
+std::optional<uint32_t> parse_time_of_day(std::string_view s);
+// "UTC", "UTC+8", "UTC+08:00", "+08:00", "-05:30" -> seconds east of UTC.
+std::optional<int32_t> parse_utc_offset(std::string_view s);
 // "30", "30s", "5min", "24h", "1d" -> seconds.
 std::optional<uint32_t> parse_duration(std::string_view s);
 // Micros as a decimal string with at least 2 decimals: 350000 -> "0.35".

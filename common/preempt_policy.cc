@@ -4,45 +4,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/state_file.h"
+
 namespace planc {
 namespace {
 
 constexpr std::string_view kHeader = "planc-preempt-state v1";
-
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
-bool parse_u64(std::string_view s, uint64_t* out) {
-  if (s.empty() || s.size() > 20) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    uint64_t next = v * 10 + static_cast<uint64_t>(c - '0');
-    if (next / 10 != v) return false;
-    v = next;
-  }
-  *out = v;
-  return true;
-}
-
-std::vector<std::string_view> words(std::string_view line) {
-  std::vector<std::string_view> out;
-  size_t i = 0;
-  while (i < line.size()) {
-    while (i < line.size() && line[i] == ' ') ++i;
-    size_t j = i;
-    while (j < line.size() && line[j] != ' ') ++j;
-    if (j > i) out.push_back(line.substr(i, j - i));
-    i = j;
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -94,40 +61,24 @@ std::string PreemptLedger::serialize() const {
   }
   size_t jobs = 0;
   for (const auto& [id, times] : history_) jobs += !times.empty();
-  char trailer[96];
-  std::snprintf(trailer, sizeof(trailer), "end %zu %016llx\n", jobs,
-                static_cast<unsigned long long>(fnv1a(body)));
-  return std::string(kHeader) + "\n" + body + trailer;
+  return frame_state(kHeader, body, jobs);
 }
 
 Result<PreemptLedger> PreemptLedger::parse(std::string_view text, uint32_t max_count,
                                            uint32_t window_seconds) {
   using R = Result<PreemptLedger>;
-  if (text.substr(0, kHeader.size()) != kHeader || text.size() <= kHeader.size() ||
-      text[kHeader.size()] != '\n')
-    return R::failure("not a Plan C preemption state file (bad header)");
-  std::string_view rest = text.substr(kHeader.size() + 1);
-  size_t end_pos = rest.rfind("end ");
-  if (end_pos == std::string_view::npos || (end_pos != 0 && rest[end_pos - 1] != '\n'))
-    return R::failure("truncated (no trailer line)");
-  std::string_view body = rest.substr(0, end_pos);
-  std::string_view trailer = rest.substr(end_pos);
-  if (trailer.empty() || trailer.back() != '\n') return R::failure("truncated trailer");
-  auto tw = words(trailer.substr(0, trailer.size() - 1));
   uint64_t jobs = 0;
-  if (tw.size() != 3 || !parse_u64(tw[1], &jobs) || tw[2].size() != 16)
-    return R::failure("malformed trailer");
-  char sum[17];
-  std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(fnv1a(body)));
-  if (tw[2] != sum) return R::failure("checksum mismatch (corrupt or partly written)");
+  auto framed = unframe_state(text, kHeader, &jobs);
+  if (!framed.ok())
+    return R::failure("not a valid Plan C preemption state file: " + framed.error());
+  std::string_view body = framed.value();
 
   PreemptLedger ledger(max_count, window_seconds);
-  size_t pos = 0, lines = 0;
-  while (pos < body.size()) {
-    size_t nl = body.find('\n', pos);
-    if (nl == std::string_view::npos) return R::failure("line without newline");
-    auto w = words(body.substr(pos, nl - pos));
-    pos = nl + 1;
+  auto all = split_lines(body);
+  if (!all) return R::failure("line without newline");
+  size_t lines = 0;
+  for (std::string_view line : *all) {
+    auto w = split_words(line);
     ++lines;
     uint64_t id = 0;
     if (w.size() < 2 || !parse_u64(w[0], &id) || id == 0 || id > 0xffffffffULL)

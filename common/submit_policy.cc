@@ -1,5 +1,7 @@
 #include "common/submit_policy.h"
 
+#include "common/spot_cap.h"
+
 namespace planc {
 namespace {
 
@@ -110,6 +112,12 @@ SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req) {
     d.message = unknown_tier_message(cfg, req.requested_qos);
     return d;
   }
+  if (req.on_free_attempt && !req.privileged) {
+    d.error = SubmitError::kFreeAttempt;
+    d.message = "this job is on a free P2 attempt after starving in P3; its tier cannot be "
+                "changed while the attempt lasts (cancel and resubmit, or ask an operator)";
+    return d;
+  }
   d = judge(cfg, req, *t);
   const std::string& gp = cfg.guaranteed_partition;
   if (!req.partition.empty()) {
@@ -120,6 +128,15 @@ SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req) {
     if (t->preemptible && in_gp) d.set_partition = req.default_partition;
   }
   return d;
+}
+
+void apply_spot_cap(const PlancConfig& cfg, const std::string& account, uint64_t used, time_t now,
+                    SubmitDecision* d) {
+  if (!d->ok() || !d->tier) return;
+  if (auto msg = spot_cap_refusal(cfg, account, d->tier->id, used, now)) {
+    d->error = SubmitError::kSpotCap;
+    d->message = *msg;
+  }
 }
 
 }  // namespace planc

@@ -7,6 +7,7 @@
 #ifndef PLANC_COMMON_SUBMIT_POLICY_H_
 #define PLANC_COMMON_SUBMIT_POLICY_H_
 
+#include <ctime>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,9 +34,19 @@ struct SubmitRequest {
   std::string default_partition;
   // Operators and admins (Slurm's own notion) may move jobs into any tier.
   bool privileged = false;
+  // For updates: the job is on a free starvation attempt (its AdminComment
+  // carries the free-attempt mark, common/job_marks.h).
+  bool on_free_attempt = false;
 };
 
-enum class SubmitError { kNone, kUnknownTier, kNotEntitled, kWrongPartition };
+enum class SubmitError {
+  kNone,
+  kUnknownTier,
+  kNotEntitled,
+  kWrongPartition,
+  kFreeAttempt,  // a user may not change the tier of a free attempt
+  kSpotCap,      // the account's daily spot cap is reached
+};
 
 struct SubmitDecision {
   SubmitError error = SubmitError::kNone;
@@ -57,10 +68,19 @@ struct SubmitDecision {
 SubmitDecision decide_submit(const PlancConfig& cfg, const SubmitRequest& req);
 
 // scontrol update of an existing job.  Only a change of QoS is judged:
-// requested_qos empty means the update does not touch the QoS.  A job moved
+// requested_qos empty means the update does not touch the QoS.  The tier
+// of a job on a free starvation attempt is changed only by slurmctld/planc
+// itself or an operator (else the attempt would stay free in another
+// tier); slurmctld/planc updates as SlurmUser, so its moves (P3 to P2 and
+// back) pass as an operator's.  A job moved
 // into a guaranteed tier is moved into GuaranteedPartition too, and out of
 // it (to the default partition) when moved to a preemptible tier.
 SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req);
+
+// A decision for `tier` turned into a refusal when the account's daily spot
+// cap is reached (`used`: card-seconds today, common/spot_cap.h).
+void apply_spot_cap(const PlancConfig& cfg, const std::string& account, uint64_t used, time_t now,
+                    SubmitDecision* d);
 
 }  // namespace planc
 

@@ -13,7 +13,9 @@
 #include <exception>
 #include <memory>
 
+#include "common/spot_cap.h"
 #include "common/submit_policy.h"
+#include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
 
 PLANC_EXPORT const char plugin_name[] = "Plan C tiers at submit time";
@@ -23,11 +25,45 @@ PLANC_EXPORT const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 namespace {
 std::shared_ptr<const planc::PlancConfig> g_config;
 
+// slurmctld/planc's spot-use query (plugins/planc_shared.h).  It loads after
+// this plugin, so it is looked up on first need, again at most every 10 s
+// while missing.  job_submit calls are serialised by slurmctld.
+planc_spot_used_fn g_spot_used = nullptr;
+time_t g_spot_lookup_at = 0;
+bool g_spot_warned = false;
+
 int refuse(const planc::SubmitDecision& d, char** err_msg) {
   if (err_msg) *err_msg = xstrdup(d.message.c_str());
   debug("%s: refused: %s", plugin_type, d.message.c_str());
-  return d.error == planc::SubmitError::kWrongPartition ? ESLURM_INVALID_PARTITION_NAME
-                                                         : ESLURM_INVALID_QOS;
+  switch (d.error) {
+    case planc::SubmitError::kWrongPartition: return ESLURM_INVALID_PARTITION_NAME;
+    case planc::SubmitError::kSpotCap: return ESLURM_ACCOUNTING_POLICY;
+    case planc::SubmitError::kFreeAttempt: return ESLURM_ACCESS_DENIED;
+    default: return ESLURM_INVALID_QOS;
+  }
+}
+
+// The daily spot cap: a job for a capped tier whose account has used up
+// today's card-hours is refused.  Without slurmctld/planc nothing is
+// counted, so nothing is refused (logged once).
+void check_spot_cap(const planc::PlancConfig& cfg, const std::string& account,
+                    planc::SubmitDecision* d) {
+  if (!d->ok() || !d->tier || !planc::spot_capped(cfg, d->tier->id) || account.empty()) return;
+  time_t now = time(nullptr);
+  if (!g_spot_used && now - g_spot_lookup_at >= 10) {
+    g_spot_lookup_at = now;
+    g_spot_used = planc::find_spot_used();
+  }
+  uint64_t used = 0;
+  if (!g_spot_used || !g_spot_used(account.c_str(), planc::tier_index(d->tier->id), now, &used)) {
+    if (!g_spot_warned)
+      error("%s: SpotCap%s is set but slurmctld/planc is not running (SlurmctldPlugstack=planc): "
+            "the daily spot cap is NOT enforced",
+            plugin_type, d->tier->label.c_str());
+    g_spot_warned = true;
+    return;
+  }
+  planc::apply_spot_cap(cfg, account, used, now, d);
 }
 
 int internal_error(const char* where, const char* what, char** err_msg) {
@@ -63,8 +99,9 @@ PLANC_EXPORT int job_submit(job_desc_msg_t* job_desc, uint32_t submit_uid, char*
   (void)submit_uid;  // the job's owner (job_desc->user_id) decides entitlement
   try {
     const planc::PlancConfig& cfg = *g_config;
-    planc::SubmitDecision d =
-        planc::decide_submit(cfg, planc::slurm::submit_request(cfg, job_desc));
+    planc::SubmitRequest req = planc::slurm::submit_request(cfg, job_desc);
+    planc::SubmitDecision d = planc::decide_submit(cfg, req);
+    check_spot_cap(cfg, req.account, &d);
     if (!d.ok()) return refuse(d, err_msg);
     planc::slurm::apply_decision(d, job_desc);
     return SLURM_SUCCESS;
@@ -85,8 +122,9 @@ PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr,
 #endif
   try {
     const planc::PlancConfig& cfg = *g_config;
-    planc::SubmitDecision d = planc::decide_modify(
-        cfg, planc::slurm::modify_request(cfg, job_desc, job_ptr, submit_uid));
+    planc::SubmitRequest req = planc::slurm::modify_request(cfg, job_desc, job_ptr, submit_uid);
+    planc::SubmitDecision d = planc::decide_modify(cfg, req);
+    if (!req.privileged && !req.requested_qos.empty()) check_spot_cap(cfg, req.account, &d);
     if (!d.ok()) {
       // 22.05 cannot pass the text to scontrol; keep it in the log at info
       // so an admin asked "why was my update refused" can find it.

@@ -33,6 +33,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/job_marks.h"
 #include "common/preempt_policy.h"
 #include "plugins/slurm_adapter.h"
 
@@ -259,10 +260,11 @@ uint32_t grace_and_count(job_record_t* job) {
   // 22.05's slurmdbd never stores SystemComment, but it stores AdminComment
   // with every run's end record: mirror the note there so `sacct -o
   // AdminComment` shows it on the PREEMPTED row.  An admin's own comment is
-  // left alone.
-  if (!job->admin_comment || !std::strncmp(job->admin_comment, "planc:", 6)) {
+  // left alone; a free-attempt mark stays in front, for billing.
+  if (auto comment = planc::admin_comment_with_note(
+          job->admin_comment ? job->admin_comment : "", note)) {
     xfree(job->admin_comment);
-    job->admin_comment = xstrdup(note.c_str());
+    job->admin_comment = xstrdup(comment->c_str());
   }
   if (job->batch_flag) {
     // Slurm's own grace signal (preempt.c) reaches the job's steps but not

@@ -1,7 +1,10 @@
 #include "plugins/slurm_compat.h"
 #include "plugins/slurm_adapter.h"
 
+#include <algorithm>
 #include <cstring>
+
+#include "common/job_marks.h"
 
 namespace planc::slurm {
 namespace {
@@ -56,6 +59,11 @@ Requeue requeue_of(uint16_t v) {
 
 }  // namespace
 
+std::string state_file_path(const char* name) {
+  const char* dir = slurm_conf.state_save_location ? slurm_conf.state_save_location : ".";
+  return std::string(dir) + "/" + name;
+}
+
 SubmitRequest submit_request(const PlancConfig& cfg, const job_desc_msg_t* desc) {
   SubmitRequest req;
   req.requested_qos = str(desc->qos);
@@ -71,6 +79,7 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
   req.requested_qos = str(desc->qos);
   if (req.requested_qos.empty()) return req;  // not a QoS change
   req.privileged = validate_operator(submit_uid);
+  req.on_free_attempt = job->admin_comment && has_free_attempt_mark(job->admin_comment);
   req.partition = str(desc->partition);
   req.current_partition = str(job->partition);
   req.default_partition = str(default_part_name);
@@ -95,6 +104,143 @@ void apply_decision(const SubmitDecision& d, job_desc_msg_t* desc) {
     xfree(desc->partition);
     desc->partition = xstrdup(d.set_partition.c_str());
   }
+}
+
+}  // namespace planc::slurm
+
+namespace planc::slurm {
+namespace {
+
+PendingReason reason_of(const job_record_t* job) {
+  switch (job->state_reason) {
+    case WAIT_RESOURCES: return PendingReason::kResources;
+    case WAIT_PRIORITY: return PendingReason::kPriority;
+    case WAIT_NO_REASON: return PendingReason::kNone;
+    case WAIT_HELD:
+    case WAIT_HELD_USER: return PendingReason::kHeld;
+    case WAIT_DEPENDENCY:
+    case WAIT_DEP_INVALID: return PendingReason::kDependency;
+    case WAIT_TIME: return PendingReason::kBeginTime;
+    default: break;
+  }
+  if (!job->priority) return PendingReason::kHeld;
+  // Association and QoS limits: Slurm names them Assoc*/QOS* (AssocGrpGRES,
+  // QOSMaxJobsPerUserLimit, ...).
+  const char* name = job_reason_string(static_cast<job_state_reason>(job->state_reason));
+  if (name && (!std::strncmp(name, "Assoc", 5) || !std::strncmp(name, "QOS", 3)))
+    return PendingReason::kAccountLimit;
+  return PendingReason::kOther;
+}
+
+// Since when the job has been eligible: Slurm's accrue time (set once it is
+// not held, its dependencies are met and its begin time has come; reset by
+// a hold and by requeue); without it, submit or begin time.
+time_t eligible_since(const job_record_t* job) {
+  const job_details* d = job->details;
+  if (!d) return 0;
+  if (d->accrue_time) return d->accrue_time;
+  return std::max(d->submit_time, d->begin_time);
+}
+
+PendingJob pending_facts(const job_record_t* job, TierId tier) {
+  return PendingJob{job->job_id, tier, reason_of(job), eligible_since(job)};
+}
+
+MarkedJob marked_facts(const job_record_t* job, TierId tier) {
+  auto at = free_attempt_upgraded_at(job->admin_comment);
+  return MarkedJob{job->job_id, tier, job->details ? job->details->submit_time : 0,
+                   at ? *at : 0};
+}
+
+bool marked(const job_record_t* job) {
+  return job->admin_comment && has_free_attempt_mark(job->admin_comment);
+}
+
+}  // namespace
+
+size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* p3,
+                       std::vector<MarkedJob>* marked_jobs) {
+  size_t seen = 0;
+  ListIterator it = list_iterator_create(job_list);
+  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
+    if (!IS_JOB_PENDING(job)) continue;
+    ++seen;
+    const Tier* t = job_tier(tiers, job);
+    if (!t) continue;
+    if (t->id == TierId::kP3) p3->push_back(pending_facts(job, t->id));
+    if (marked(job)) marked_jobs->push_back(marked_facts(job, t->id));
+  }
+  list_iterator_destroy(it);
+  return seen;
+}
+
+std::optional<PendingJob> pending_job(const QosTierCache& tiers, uint32_t job_id) {
+  const job_record_t* job = find_job_record(job_id);
+  if (!job || !IS_JOB_PENDING(job)) return std::nullopt;
+  const Tier* t = job_tier(tiers, job);
+  if (!t) return std::nullopt;
+  return pending_facts(job, t->id);
+}
+
+std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id) {
+  const job_record_t* job = find_job_record(job_id);
+  if (!job || !IS_JOB_PENDING(job) || !marked(job)) return std::nullopt;
+  const Tier* t = job_tier(tiers, job);
+  return marked_facts(job, t ? t->id : TierId::kP0);
+}
+
+void collect_running_spot(const QosTierCache& tiers, int gpu_pos,
+                          const std::vector<uint32_t>& tracked,
+                          std::vector<RunningSpotJob>* running,
+                          std::map<uint32_t, time_t>* ended) {
+  ListIterator it = list_iterator_create(job_list);
+  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
+    if (!IS_JOB_RUNNING(job)) continue;
+    const Tier* t = job_tier(tiers, job);
+    if (!t || !t->preemptible) continue;
+    uint32_t gpus = 0;
+    if (gpu_pos >= 0 && job->tres_alloc_cnt)
+      gpus = static_cast<uint32_t>(job->tres_alloc_cnt[gpu_pos]);
+    TierId counted = marked(job) ? TierId::kP3 : t->id;
+    running->push_back({job->job_id, str(job->account), counted, gpus, job->start_time});
+  }
+  list_iterator_destroy(it);
+  for (uint32_t id : tracked) {
+    const job_record_t* job = find_job_record(id);
+    if (job && IS_JOB_RUNNING(job)) continue;
+    (*ended)[id] = job && IS_JOB_FINISHED(job) ? job->end_time : 0;
+  }
+}
+
+int gpu_tres_position() {
+  slurmdb_tres_rec_t rec;
+  std::memset(&rec, 0, sizeof(rec));
+  rec.type = const_cast<char*>("gres");
+  rec.name = const_cast<char*>("gpu");
+  int pos = assoc_mgr_find_tres_pos(&rec, false);
+  return pos < 0 || static_cast<uint32_t>(pos) >= g_tres_count ? -1 : pos;
+}
+
+std::string admin_comment(uint32_t job_id) {
+  const job_record_t* job = find_job_record(job_id);
+  return job ? str(job->admin_comment) : std::string();
+}
+
+int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* comment) {
+  job_desc_msg_t desc;
+  slurm_init_job_desc_msg(&desc);
+  desc.job_id = job_id;
+  desc.qos = qos ? xstrdup(qos) : nullptr;
+  desc.admin_comment = comment ? xstrdup(comment) : nullptr;
+  slurm_msg_t msg;
+  slurm_msg_t_init(&msg);
+  msg.data = &desc;
+  msg.conn_fd = -1;
+  int rc = update_job(&msg, slurm_conf.slurm_user_id, false);
+  xfree(desc.qos);
+  xfree(desc.admin_comment);
+  xfree(desc.alloc_node);
+  return rc;
 }
 
 }  // namespace planc::slurm

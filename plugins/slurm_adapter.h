@@ -7,10 +7,14 @@
 #ifndef PLANC_PLUGINS_SLURM_ADAPTER_H_
 #define PLANC_PLUGINS_SLURM_ADAPTER_H_
 
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "common/billing.h"
 #include "common/config.h"
+#include "common/spot_cap.h"
+#include "common/starvation.h"
 #include "common/submit_policy.h"
 
 namespace planc::slurm {
@@ -22,6 +26,9 @@ namespace planc::slurm {
 // one error line "<plugin_type>: <file>:<line>: key '<Key>': ..." and
 // returns nullptr; the caller fails init().
 std::shared_ptr<const PlancConfig> load_plugin_config(const char* plugin_type);
+
+// <StateSaveLocation>/<name>: where a plugin keeps its state file.
+std::string state_file_path(const char* name);
 
 // Fills a SubmitRequest for a new job from its description and its
 // association in slurmdbd's cache.  Takes assoc_mgr read locks briefly.
@@ -49,6 +56,43 @@ Segment segment_of(const job_record_t* job);
 
 // Writes a successful decision into the job description.
 void apply_decision(const SubmitDecision& d, job_desc_msg_t* desc);
+
+// --- slurmctld/planc ----------------------------------------------------------
+
+// The facts of the starvation rule for every pending job in slurmctld's
+// list: P3 jobs into `p3`, jobs carrying the free-attempt mark into
+// `marked`.  Returns how many pending jobs it looked at.  REQUIRES the job
+// read lock; allocates only for the jobs it returns.
+size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* p3,
+                       std::vector<MarkedJob>* marked);
+
+// The same facts for one job (nullopt: gone, or not pending).  REQUIRES the
+// job read or write lock.
+std::optional<PendingJob> pending_job(const QosTierCache& tiers, uint32_t job_id);
+std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id);
+
+// Every running job of a spot tier, with its GPUs (`gpu_tres_pos` in
+// tres_alloc_cnt; < 0: unknown, count 0), into `running`; for each of
+// `tracked` that is no longer running, its end time when Slurm still knows
+// it.  A free attempt counts as P3.  REQUIRES the job read lock.
+void collect_running_spot(const QosTierCache& tiers, int gpu_tres_pos,
+                          const std::vector<uint32_t>& tracked,
+                          std::vector<RunningSpotJob>* running, std::map<uint32_t, time_t>* ended);
+
+// Position of gres/gpu in the jobs' TRES arrays, -1 when not configured.
+// Takes assoc_mgr's TRES read lock; call with no slurmctld lock held.
+int gpu_tres_position();
+
+// The job's AdminComment ("" when none).  REQUIRES the job read lock.
+std::string admin_comment(uint32_t job_id);
+
+// Sets a job's QoS and AdminComment through slurmctld's own update path
+// (update_job(), as `scontrol update` as SlurmUser would: job_submit's
+// job_modify, limits, and the new QoS sent to slurmdbd).  `qos` or
+// `admin_comment` nullptr: left as it is.  Returns a Slurm error code.
+// REQUIRES the locks of an update RPC: config read, job and node write,
+// partition and federation read.
+int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* admin_comment);
 
 }  // namespace planc::slurm
 

@@ -25,6 +25,7 @@ extern "C" {
 #include "src/slurmctld/locks.h"
 #include "src/slurmctld/job_scheduler.h"
 #include "src/slurmctld/preempt.h"
+#include "src/slurmctld/state_save.h"
 }
 
 #if SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(22, 5, 0)

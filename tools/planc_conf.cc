@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/config.h"
+#include "common/spot_cap.h"
 
 namespace {
 
@@ -93,6 +94,13 @@ int main(int argc, char** argv) {
                                                  : cfg.guaranteed_partition.c_str(),
                 cfg.guaranteed_cap_qos.c_str(), cfg.preempt_max_count,
                 cfg.preempt_window_seconds);
+    std::printf("StarvationThreshold=%us StarvationInterval=%us StarvationMaxPerInterval=%u\n",
+                cfg.starvation_threshold_seconds, cfg.starvation_interval_seconds,
+                cfg.starvation_max_per_interval);
+    std::printf("SpotCapP2: %s; SpotCapP3: %s; spot day starts %s\n",
+                planc::describe_spot_cap(cfg, planc::TierId::kP2).c_str(),
+                planc::describe_spot_cap(cfg, planc::TierId::kP3).c_str(),
+                planc::describe_spot_day(cfg).c_str());
     return 0;
   }
   // Two passes: every QoS must exist before another's Preempt= can name it.

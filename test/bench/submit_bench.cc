@@ -2,7 +2,9 @@
 // client can and prints submissions per second.  Driven by
 // test/bench/bench-submit, which also reads slurmctld's CPU time.
 //
-//   submit_bench N QOS ACCOUNT
+//   submit_bench N QOS ACCOUNT [GPUS]
+// With GPUS the jobs are not held: each asks for GPUS GPUs (gres/gpu), so on
+// a full cluster they pend for Resources/Priority (test/bench/bench-starvation).
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
 #include <unistd.h>
@@ -13,10 +15,11 @@
 #include <string>
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: submit_bench N QOS ACCOUNT\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: submit_bench N QOS ACCOUNT [GPUS]\n");
     return 2;
   }
+  std::string gres = argc == 5 ? std::string("gres:gpu:") + argv[4] : std::string();
   long n = std::atol(argv[1]);
   std::string qos = argv[2], account = argv[3];
   slurm_init(nullptr);
@@ -31,7 +34,10 @@ int main(int argc, char** argv) {
     desc.script = const_cast<char*>("#!/bin/sh\ntrue\n");
     desc.qos = qos.empty() ? nullptr : const_cast<char*>(qos.c_str());
     desc.account = const_cast<char*>(account.c_str());
-    desc.priority = 0;  // held: nothing runs, only submission is measured
+    if (gres.empty())
+      desc.priority = 0;  // held: nothing runs, only submission is measured
+    else
+      desc.tres_per_node = const_cast<char*>(gres.c_str());
     desc.user_id = getuid();
     desc.group_id = getgid();
     desc.work_dir = const_cast<char*>(cwd.c_str());

@@ -20,6 +20,11 @@ TEST(ConfigTest, EmptyFileGivesPolicyDefaults) {
   EXPECT_EQ(c.prices.card_hour.at("h800"), 20 * kMicrosPerUnit);
   EXPECT_EQ(c.prices.card_hour_floor, 10 * kMicrosPerUnit);
   EXPECT_EQ(c.tiers.tier(TierId::kP2).grace_seconds, 30u);
+  EXPECT_EQ(c.spot_cap_card_seconds[2], kUnlimited);
+  EXPECT_EQ(c.spot_cap_card_seconds[3], kUnlimited);
+  EXPECT_EQ(c.spot_reset_seconds, 0u);
+  EXPECT_EQ(c.spot_utc_offset_seconds, 8 * 3600);
+  EXPECT_EQ(c.spot_day_seconds, 86400u);
 }
 
 TEST(ConfigTest, ExampleFileParsesToDefaults) {
@@ -84,6 +89,18 @@ TEST(ConfigTest, ParsesValues) {
       // rule is checked once the whole file is read.
       {"Tier=P0 Priority=20000\nTier=P1 Priority=20000",
        [](const PlancConfig& c) { return c.tiers.tier(TierId::kP1).priority == 20000; }},
+      {"SpotCapP3=2.5", [](const PlancConfig& c) {
+         return c.spot_cap_card_seconds[3] == 9000 && c.spot_cap_card_seconds[2] == kUnlimited;
+       }},
+      {"SpotCapP2=0\nSpotCapP3=Unlimited", [](const PlancConfig& c) {
+         return c.spot_cap_card_seconds[2] == 0 && c.spot_cap_card_seconds[3] == kUnlimited;
+       }},
+      {"SpotCapResetTime=04:30", [](const PlancConfig& c) { return c.spot_reset_seconds == 16200; }},
+      {"SpotCapResetTime=23:59:59", [](const PlancConfig& c) { return c.spot_reset_seconds == 86399; }},
+      {"SpotCapTimeZone=UTC", [](const PlancConfig& c) { return c.spot_utc_offset_seconds == 0; }},
+      {"SpotCapTimeZone=utc+8", [](const PlancConfig& c) { return c.spot_utc_offset_seconds == 28800; }},
+      {"SpotCapTimeZone=-05:30", [](const PlancConfig& c) { return c.spot_utc_offset_seconds == -19800; }},
+      {"SpotCapDayLength=60s", [](const PlancConfig& c) { return c.spot_day_seconds == 60; }},
       {"CardHourPriceFloor=30\nCardHourPrice=h800:40",
        [](const PlancConfig& c) { return c.prices.card_hour_floor == 30 * kMicrosPerUnit; }},
   };
@@ -114,6 +131,14 @@ TEST(ConfigTest, Errors) {
       {"StarvationThreshold=", "f.conf:1: key 'StarvationThreshold'", "not a duration"},
       {"StarvationInterval=2d", "f.conf:1: key 'StarvationInterval'", "out of range"},
       {"StarvationMaxPerInterval=0", "f.conf:1: key 'StarvationMaxPerInterval'", "out of range"},
+      {"SpotCapP3=lots", "f.conf:1: key 'SpotCapP3'", "card-hours"},
+      {"SpotCapP2=-1", "f.conf:1: key 'SpotCapP2'", "unlimited"},
+      {"SpotCapP1=5", "f.conf:1: key 'SpotCapP1': unknown key", "SpotCapP2"},
+      {"SpotCapResetTime=24:00", "f.conf:1: key 'SpotCapResetTime'", "time of day"},
+      {"SpotCapResetTime=4:30", "f.conf:1: key 'SpotCapResetTime'", "HH:MM"},
+      {"SpotCapTimeZone=Asia/Shanghai", "f.conf:1: key 'SpotCapTimeZone'", "daylight saving"},
+      {"SpotCapTimeZone=+15", "f.conf:1: key 'SpotCapTimeZone'", "UTC offset"},
+      {"SpotCapDayLength=2d", "f.conf:1: key 'SpotCapDayLength'", "10 to 86400"},
       {"DefaultTier=gold", "f.conf:1: key 'DefaultTier': unknown tier 'gold'", "P0, P1, P2 or P3"},
       {"Currency=yuan", "f.conf:1: key 'Currency'", "currency code"},
       {"CoreHourPrice=1e3", "f.conf:1: key 'CoreHourPrice'", "not a price"},

@@ -116,15 +116,44 @@ TEST(SubmitPolicyTest, Modify) {
       {"into unentitled tier", "p0", false, SubmitError::kNotEntitled, ""},
       {"operator may", "p0", true, SubmitError::kNone, "p0-lease"},
       {"unknown even for operator", "gold", true, SubmitError::kUnknownTier, ""},
+      // slurmctld/planc moves free attempts as SlurmUser, an operator.
+      {"free attempt: user may not", "p3", false, SubmitError::kFreeAttempt, ""},
+      {"free attempt: slurmctld/planc back to P3", "p3-spot", true, SubmitError::kNone, "p3-spot"},
+      {"free attempt: no qos change", "", false, SubmitError::kNone, ""},
   };
   for (const Case& c : cases) {
     SubmitRequest r = assoc({"p2-spot", "p3-spot"});
     r.requested_qos = c.typed;
     r.privileged = c.privileged;
+    r.on_free_attempt = std::string(c.what).rfind("free attempt", 0) == 0;
     SubmitDecision d = decide_modify(cfg(), r);
     EXPECT_EQ(d.error, c.error) << c.what;
     if (d.ok()) EXPECT_EQ(d.qos, c.qos) << c.what;
     EXPECT_FALSE(d.set_requeue) << c.what;
+  }
+}
+
+TEST(SubmitPolicyTest, SpotCap) {
+  PlancConfig c = parse_config("SpotCapP3=1\nSpotCapTimeZone=UTC", "planc.conf").value();
+  struct Case {
+    const char* what;
+    std::string typed;
+    uint64_t used;
+    SubmitError error;
+  };
+  const Case cases[] = {
+      {"P3 under the cap", "p3", 3599, SubmitError::kNone},
+      {"P3 at the cap", "p3", 3600, SubmitError::kSpotCap},
+      {"P2 has no cap", "p2", 99999, SubmitError::kNone},
+      {"guaranteed tiers have none", "p0", 99999, SubmitError::kNone},
+  };
+  for (const Case& k : cases) {
+    SubmitRequest r = assoc({"p0-lease", "p2-spot", "p3-spot"});
+    r.requested_qos = k.typed;
+    SubmitDecision d = decide_submit(c, r);
+    apply_spot_cap(c, r.account, k.used, 1796000000, &d);
+    EXPECT_EQ(d.error, k.error) << k.what;
+    if (!d.ok()) EXPECT_EQ(d.message.rfind("daily spot cap reached: account acme", 0), 0u);
   }
 }
 

@@ -1,0 +1,109 @@
+#include "common/job_marks.h"
+
+#include "common/preempt_policy.h"  // format_utc, format_duration
+
+namespace planc {
+namespace {
+
+constexpr std::string_view kAt = " at ";
+constexpr std::string_view kPlancNote = "planc:";
+
+struct Span {
+  size_t begin, end;  // the mark, without separators
+};
+
+std::optional<Span> find_mark(std::string_view s) {
+  size_t b = s.find(kFreeAttemptTag);
+  if (b == std::string_view::npos) return std::nullopt;
+  size_t e = s.find(kMarkSeparator, b);
+  return Span{b, e == std::string_view::npos ? s.size() : e};
+}
+
+// 2026-11-30T01:47:12Z -> unix time (UTC, no time zone database needed).
+std::optional<time_t> parse_utc(std::string_view s) {
+  if (s.size() < 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
+      s[16] != ':' || s[19] != 'Z')
+    return std::nullopt;
+  auto num = [&](size_t at, size_t n, int* out) {
+    int v = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (s[i] < '0' || s[i] > '9') return false;
+      v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return true;
+  };
+  struct tm tm = {};
+  int y, mo, d, h, mi, se;
+  if (!num(0, 4, &y) || !num(5, 2, &mo) || !num(8, 2, &d) || !num(11, 2, &h) ||
+      !num(14, 2, &mi) || !num(17, 2, &se))
+    return std::nullopt;
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = se;
+  return timegm(&tm);
+}
+
+}  // namespace
+
+bool has_free_attempt_mark(std::string_view admin_comment) {
+  return admin_comment.find(kFreeAttemptTag) != std::string_view::npos;
+}
+
+std::string free_attempt_mark(const PlancConfig& cfg, TierId from, TierId to, time_t upgraded_at,
+                              uint32_t waited_seconds, std::string_view reason) {
+  const Tier& f = cfg.tiers.tier(from);
+  const Tier& t = cfg.tiers.tier(to);
+  // Whole minutes read best; below a minute (test thresholds) say seconds.
+  uint32_t shown = waited_seconds >= 60 ? waited_seconds / 60 * 60 : waited_seconds;
+  return std::string(kFreeAttemptTag) + " upgraded from " + f.label + " (" + f.qos + ") to " +
+         t.label + " (" + t.qos + ")" + std::string(kAt) + format_utc(upgraded_at) + " after " +
+         format_duration(shown) + " waiting for " + std::string(reason) +
+         "; this attempt is not billed";
+}
+
+std::string add_free_attempt_mark(std::string_view admin_comment, std::string_view mark) {
+  std::string rest = remove_free_attempt_mark(admin_comment);
+  std::string out(mark);
+  if (!rest.empty()) out += std::string(kMarkSeparator) + rest;
+  return out;
+}
+
+std::string remove_free_attempt_mark(std::string_view s) {
+  auto m = find_mark(s);
+  if (!m) return std::string(s);
+  std::string_view before = s.substr(0, m->begin);
+  std::string_view after = s.substr(m->end);
+  // Drop one separator: the one after the mark, else the one before it.
+  if (after.substr(0, kMarkSeparator.size()) == kMarkSeparator)
+    after.remove_prefix(kMarkSeparator.size());
+  else if (before.size() >= kMarkSeparator.size() &&
+           before.substr(before.size() - kMarkSeparator.size()) == kMarkSeparator)
+    before.remove_suffix(kMarkSeparator.size());
+  return std::string(before) + std::string(after);
+}
+
+std::optional<time_t> free_attempt_upgraded_at(std::string_view s) {
+  auto m = find_mark(s);
+  if (!m) return std::nullopt;
+  std::string_view mark = s.substr(m->begin, m->end - m->begin);
+  size_t at = mark.find(kAt);
+  if (at == std::string_view::npos) return std::nullopt;
+  return parse_utc(mark.substr(at + kAt.size()));
+}
+
+std::optional<std::string> admin_comment_with_note(std::string_view current,
+                                                   std::string_view note) {
+  auto m = find_mark(current);
+  std::string rest = remove_free_attempt_mark(current);
+  if (!rest.empty() && rest.compare(0, kPlancNote.size(), kPlancNote) != 0)
+    return std::nullopt;  // an admin's own comment
+  if (!m) return std::string(note);
+  return std::string(current.substr(m->begin, m->end - m->begin)) + std::string(kMarkSeparator) +
+         std::string(note);
+}
+
+}  // namespace planc

@@ -1,0 +1,85 @@
+// The starvation upgrade: which pending jobs slurmctld/planc moves from P3
+// to a free P2 attempt, and which marked jobs go back to P3.
+//
+// Policy (000, section 8): "P3 queued more than 30 minutes gets a free
+// attempt as P2".  A P3 job counts as starving when
+//   - it is pending for Resources or Priority, i.e. for the cluster, not for
+//     a reason of its own (held, a dependency, a begin time, its account's
+//     or QoS limits, or no reason yet), and
+//   - it has been eligible (Slurm's accrue time: not held, dependencies met,
+//     begin time reached) for MORE than StarvationThreshold seconds; at
+//     exactly the threshold it has not starved yet.
+// Each interval at most StarvationMaxPerInterval jobs are upgraded, longest
+// waiting first (ties: lower job id first).
+//
+// A job with the free-attempt mark (common/job_marks.h):
+//   - pending in P2 and requeued after the upgrade (it ran: its submit time
+//     is later than the mark's time): the attempt is over, back to P3 with
+//     the mark removed and a fresh clock (requeue restarts Slurm's accrue
+//     time);
+//   - pending in any tier but P2 (someone moved it): the mark is removed;
+//   - otherwise (still waiting in P2, running, finished) it is left alone.
+//
+// Pure functions; the plugin fills the facts from job records.
+#ifndef PLANC_COMMON_STARVATION_H_
+#define PLANC_COMMON_STARVATION_H_
+
+#include <cstdint>
+#include <ctime>
+#include <string_view>
+#include <vector>
+
+#include "common/config.h"
+
+namespace planc {
+
+enum class PendingReason {
+  kNone,          // not yet looked at by the scheduler
+  kResources,     // counts
+  kPriority,      // counts
+  kHeld,          // by the user or an admin
+  kDependency,
+  kBeginTime,     // --begin, or a requeued job's restart delay
+  kAccountLimit,  // association or QoS limits
+  kOther,
+};
+
+// The reasons that count as starving: waiting for the cluster.
+bool reason_counts(PendingReason r);
+// Slurm's name of the reason, for the mark and the log ("Resources").
+std::string_view reason_name(PendingReason r);
+
+struct PendingJob {
+  uint32_t job_id = 0;
+  TierId tier = TierId::kP3;
+  PendingReason reason = PendingReason::kNone;
+  time_t eligible_since = 0;  // 0: unknown (not counted)
+};
+
+struct Upgrade {
+  uint32_t job_id;
+  uint32_t waited_seconds;
+  PendingReason reason;
+};
+
+// True when `job` has starved at `now` (see the header comment).
+bool is_starving(const PlancConfig& cfg, const PendingJob& job, time_t now);
+
+// The jobs to upgrade this interval, in order.
+std::vector<Upgrade> select_upgrades(const PlancConfig& cfg, const std::vector<PendingJob>& jobs,
+                                     time_t now);
+
+// A pending job carrying the free-attempt mark.
+struct MarkedJob {
+  uint32_t job_id = 0;
+  TierId tier = TierId::kP2;
+  time_t submit_time = 0;   // Slurm resets it on requeue
+  time_t upgraded_at = 0;   // from the mark; 0: unreadable
+};
+
+enum class MarkAction { kKeep, kBackToP3, kDropMark };
+MarkAction decide_marked(const MarkedJob& job);
+
+}  // namespace planc
+
+#endif  // PLANC_COMMON_STARVATION_H_

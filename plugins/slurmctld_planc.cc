@@ -1,0 +1,362 @@
+// slurmctld/planc: Plan C's periodic work inside slurmctld
+// (SlurmctldPlugstack=planc).
+//
+//   starvation upgrade  every StarvationInterval, P3 jobs that have waited
+//                       longer than StarvationThreshold for the cluster get
+//                       one free attempt as P2 (common/starvation.h); the
+//                       attempt is marked in AdminComment
+//                       (common/job_marks.h) and undone when it ends by
+//                       requeue;
+//   daily spot cap      every few seconds, the running spot jobs' card-seconds
+//                       per account and tier (common/spot_cap.h), kept in
+//                       StateSaveLocation/planc_spot_state; job_submit/planc
+//                       asks for them through planc_spot_used_v1().
+//
+// One worker thread.  It never holds a slurmctld lock across I/O: a scan
+// takes the job read lock, collects the facts and releases it; each change
+// is then made through slurmctld's own update_job() under the write locks an
+// update RPC takes (as slurmctld/nonstop does), one job per lock hold.
+// The state file is written outside every lock.
+#include "plugins/slurm_compat.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "common/job_marks.h"
+#include "common/preempt_policy.h"  // format_utc
+#include "common/spot_cap.h"
+#include "common/starvation.h"
+#include "common/state_file.h"
+#include "plugins/planc_shared.h"
+#include "plugins/slurm_adapter.h"
+
+PLANC_EXPORT const char plugin_name[] = "Plan C controller: starvation upgrade, daily spot cap";
+PLANC_EXPORT const char plugin_type[] = "slurmctld/planc";
+PLANC_EXPORT const uint32_t plugin_version = SLURM_VERSION_NUMBER;
+
+namespace {
+
+using planc::TierId;
+
+constexpr const char* kStateFile = "planc_spot_state";
+// How often running spot jobs are sampled.  Between samples job_submit's
+// view is extrapolated exactly; only a job that ends is counted to the
+// last sample when Slurm forgets its end time (requeue).
+constexpr int kSpotSampleSeconds = 5;
+
+std::shared_ptr<const planc::PlancConfig> g_config;
+std::unique_ptr<planc::QosTierCache> g_tiers;
+std::string g_state_path;
+
+std::mutex g_mu;
+std::condition_variable g_cv;
+bool g_stop = false;  // GUARDED_BY(g_mu)
+std::thread g_worker;
+
+// Only the worker touches the ledger; job_submit reads snapshots.
+std::unique_ptr<planc::SpotLedger> g_ledger;
+std::mutex g_usage_mu;
+std::shared_ptr<const planc::SpotUsage> g_usage;  // GUARDED_BY(g_usage_mu)
+std::atomic<bool> g_running{false};
+
+// For `scontrol show config` and the benchmark.
+std::atomic<uint64_t> g_upgrades{0}, g_reverts{0}, g_scans{0};
+std::atomic<uint64_t> g_total_scan_usec{0}, g_last_scan_usec{0}, g_max_scan_usec{0}, g_last_scan_jobs{0};
+
+slurmctld_lock_t job_read_lock() { return {.job = READ_LOCK}; }
+slurmctld_lock_t update_locks() {
+  return {.conf = READ_LOCK, .job = WRITE_LOCK, .node = WRITE_LOCK, .part = READ_LOCK,
+          .fed = READ_LOCK};
+}
+
+std::string comment_after_upgrade(uint32_t job_id, const planc::Upgrade& u, time_t now) {
+  std::string mark = planc::free_attempt_mark(*g_config, TierId::kP3, TierId::kP2, now,
+                                              u.waited_seconds, planc::reason_name(u.reason));
+  return planc::add_free_attempt_mark(planc::slurm::admin_comment(job_id), mark);
+}
+
+// One job per lock hold; the facts are read again under the write lock, so
+// a job that started, was held or changed tier since the scan is skipped.
+bool upgrade(const planc::Upgrade& planned) {
+  const planc::PlancConfig& cfg = *g_config;
+  slurmctld_lock_t locks = update_locks();
+  lock_slurmctld(locks);
+  time_t now = time(nullptr);
+  auto job = planc::slurm::pending_job(*g_tiers, planned.job_id);
+  int rc = SLURM_SUCCESS;
+  bool done = false;
+  planc::Upgrade u = planned;
+  if (job && planc::is_starving(cfg, *job, now)) {
+    u.waited_seconds = static_cast<uint32_t>(now - job->eligible_since);
+    u.reason = job->reason;
+    std::string comment = comment_after_upgrade(u.job_id, u, now);
+    rc = planc::slurm::update_job_as_slurm_user(
+        u.job_id, cfg.tiers.tier(TierId::kP2).qos.c_str(), comment.c_str());
+    done = rc == SLURM_SUCCESS;
+  }
+  unlock_slurmctld(locks);
+  if (done)
+    info("%s: JobId=%u upgraded from P3 to P2 (free attempt) after waiting %u s for %s",
+         plugin_type, u.job_id, u.waited_seconds, std::string(planc::reason_name(u.reason)).c_str());
+  else if (rc != SLURM_SUCCESS)
+    error("%s: JobId=%u: upgrade to P2 failed: %s (tried again next interval)", plugin_type,
+          u.job_id, slurm_strerror(rc));
+  return done;
+}
+
+// A marked pending job whose attempt is over (requeued) goes back to P3;
+// one moved to another tier by someone loses the mark.
+bool settle_mark(uint32_t job_id) {
+  const planc::PlancConfig& cfg = *g_config;
+  slurmctld_lock_t locks = update_locks();
+  lock_slurmctld(locks);
+  auto job = planc::slurm::marked_job(*g_tiers, job_id);
+  planc::MarkAction action = job ? planc::decide_marked(*job) : planc::MarkAction::kKeep;
+  int rc = SLURM_SUCCESS;
+  if (action != planc::MarkAction::kKeep) {
+    std::string comment = planc::remove_free_attempt_mark(planc::slurm::admin_comment(job_id));
+    const char* qos =
+        action == planc::MarkAction::kBackToP3 ? cfg.tiers.tier(TierId::kP3).qos.c_str() : nullptr;
+    rc = planc::slurm::update_job_as_slurm_user(job_id, qos, comment.c_str());
+  }
+  unlock_slurmctld(locks);
+  if (action == planc::MarkAction::kKeep) return false;
+  if (rc != SLURM_SUCCESS) {
+    error("%s: JobId=%u: ending its free attempt failed: %s (tried again next interval)",
+          plugin_type, job_id, slurm_strerror(rc));
+    return false;
+  }
+  if (action == planc::MarkAction::kBackToP3)
+    info("%s: JobId=%u: free P2 attempt ended by requeue; back in P3, waiting time restarts",
+         plugin_type, job_id);
+  else
+    info("%s: JobId=%u left P2 during its free attempt; free-attempt mark removed", plugin_type,
+         job_id);
+  return true;
+}
+
+void starvation_scan() {
+  const planc::PlancConfig& cfg = *g_config;
+  std::vector<planc::PendingJob> p3;
+  std::vector<planc::MarkedJob> marked;
+  // Timed from holding the lock (not waiting for it): the scan's cost to
+  // the rest of slurmctld.
+  slurmctld_lock_t read = job_read_lock();
+  lock_slurmctld(read);
+  auto t0 = std::chrono::steady_clock::now();
+  size_t seen = planc::slurm::collect_pending(*g_tiers, &p3, &marked);
+  unlock_slurmctld(read);
+  std::vector<planc::Upgrade> todo = planc::select_upgrades(cfg, p3, time(nullptr));
+  uint64_t usec = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  g_scans++;
+  g_total_scan_usec += usec;
+  g_last_scan_usec = usec;
+  g_last_scan_jobs = seen;
+  if (usec > g_max_scan_usec) g_max_scan_usec = usec;
+  debug("%s: scan of %zu pending jobs (%zu in P3, %zu marked) took %lu us; %zu to upgrade",
+        plugin_type, seen, p3.size(), marked.size(), static_cast<unsigned long>(usec),
+        todo.size());
+
+  bool changed = false;
+  for (const planc::MarkedJob& m : marked)
+    if (planc::decide_marked(m) != planc::MarkAction::kKeep && settle_mark(m.job_id)) {
+      changed = true;
+      g_reverts++;
+    }
+  for (const planc::Upgrade& u : todo)
+    if (upgrade(u)) {
+      changed = true;
+      g_upgrades++;
+    }
+  if (changed) {
+    schedule_job_save();   // both only signal other threads
+    queue_job_scheduler();
+  }
+}
+
+std::unique_ptr<planc::SpotLedger> load_spot_state(const planc::PlancConfig& cfg) {
+  auto rule = planc::SpotDayRule::of(cfg);
+  auto fresh = std::make_unique<planc::SpotLedger>(rule);
+  std::ifstream in(g_state_path, std::ios::binary);
+  if (!in) return fresh;  // first start
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  auto r = planc::SpotLedger::parse(ss.str(), rule);
+  if (!r.ok()) {
+    error("%s: ignoring %s: %s; today's spot use restarts from zero", plugin_type,
+          g_state_path.c_str(), r.error().c_str());
+    return fresh;
+  }
+  info("%s: spot use restored from %s (as of %s)", plugin_type, g_state_path.c_str(),
+       planc::format_utc(r.value().as_of()).c_str());
+  return std::make_unique<planc::SpotLedger>(std::move(r).value());
+}
+
+void publish_usage() {
+  auto u = std::make_shared<const planc::SpotUsage>(g_ledger->usage());
+  std::lock_guard<std::mutex> l(g_usage_mu);
+  g_usage = std::move(u);
+}
+
+// Returns the state file's new text when it changed.
+std::string spot_sample(int* gpu_pos, const std::string& last_written) {
+  if (*gpu_pos < 0) *gpu_pos = planc::slurm::gpu_tres_position();
+  std::vector<planc::RunningSpotJob> running;
+  std::map<uint32_t, time_t> ended;
+  std::vector<uint32_t> tracked = g_ledger->tracked_ids();
+  slurmctld_lock_t read = job_read_lock();
+  lock_slurmctld(read);
+  planc::slurm::collect_running_spot(*g_tiers, *gpu_pos, tracked, &running, &ended);
+  unlock_slurmctld(read);
+  g_ledger->sample(time(nullptr), running, ended);
+  publish_usage();
+  std::string text = g_ledger->serialize();
+  return text == last_written ? std::string() : text;
+}
+
+void worker() {
+  using Clock = std::chrono::steady_clock;
+  const planc::PlancConfig& cfg = *g_config;
+  auto next_scan = Clock::now() + std::chrono::seconds(cfg.starvation_interval_seconds);
+  auto next_sample = Clock::now();
+  int gpu_pos = -1;
+  std::string written;
+  std::unique_lock<std::mutex> l(g_mu);
+  while (!g_stop) {
+    g_cv.wait_until(l, std::min(next_scan, next_sample), [] { return g_stop; });
+    if (g_stop) break;
+    l.unlock();
+    try {
+      auto now = Clock::now();
+      if (now >= next_sample) {
+        next_sample = now + std::chrono::seconds(kSpotSampleSeconds);
+        std::string text = spot_sample(&gpu_pos, written);
+        if (!text.empty()) {
+          if (auto err = planc::write_file_atomically(g_state_path, text))
+            error("%s: %s", plugin_type, err->c_str());
+          else
+            written = std::move(text);
+        }
+      }
+      if (now >= next_scan) {
+        next_scan = now + std::chrono::seconds(cfg.starvation_interval_seconds);
+        starvation_scan();
+      }
+    } catch (const std::exception& e) {
+      error("%s: worker: %s", plugin_type, e.what());
+    }
+    l.lock();
+  }
+}
+
+void add_pair(List pairs, const char* name, const std::string& value) {
+  auto* kp = static_cast<config_key_pair_t*>(xmalloc(sizeof(config_key_pair_t)));
+  kp->name = xstrdup(name);
+  kp->value = xstrdup(value.c_str());
+  list_append(pairs, kp);
+}
+
+}  // namespace
+
+PLANC_EXPORT int planc_spot_used_v1(const char* account, int tier, int64_t now, uint64_t* used) {
+  if (!g_running.load() || !account || tier < 0 || tier >= planc::kTierCount || !used) return 0;
+  try {
+    std::shared_ptr<const planc::SpotUsage> u;
+    {
+      std::lock_guard<std::mutex> l(g_usage_mu);
+      u = g_usage;
+    }
+    if (!u) return 0;
+    *used = u->used(account, static_cast<TierId>(tier), static_cast<time_t>(now));
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+
+PLANC_EXPORT int init(void) {
+  try {
+    g_config = planc::slurm::load_plugin_config(plugin_type);
+    if (!g_config) return SLURM_ERROR;
+    g_state_path = planc::slurm::state_file_path(kStateFile);
+    g_tiers = std::make_unique<planc::QosTierCache>(g_config->tiers);
+    g_ledger = load_spot_state(*g_config);
+    publish_usage();
+    g_stop = false;
+    g_worker = std::thread(worker);
+    g_running = true;
+    verbose("%s loaded: starvation threshold %u s, checked every %u s, at most %u a time; "
+            "spot caps P2 %s, P3 %s, day starts %s",
+            plugin_type, g_config->starvation_threshold_seconds,
+            g_config->starvation_interval_seconds, g_config->starvation_max_per_interval,
+            planc::describe_spot_cap(*g_config, TierId::kP2).c_str(),
+            planc::describe_spot_cap(*g_config, TierId::kP3).c_str(),
+            planc::describe_spot_day(*g_config).c_str());
+    return SLURM_SUCCESS;
+  } catch (const std::exception& e) {
+    error("%s: init failed: %s", plugin_type, e.what());
+    return SLURM_ERROR;
+  }
+}
+
+PLANC_EXPORT int fini(void) {
+  g_running = false;
+  try {
+    {
+      std::lock_guard<std::mutex> l(g_mu);
+      g_stop = true;
+    }
+    g_cv.notify_one();
+    if (g_worker.joinable()) g_worker.join();
+    if (g_ledger) {
+      if (auto err = planc::write_file_atomically(g_state_path, g_ledger->serialize()))
+        error("%s: %s", plugin_type, err->c_str());
+    }
+  } catch (const std::exception& e) {
+    error("%s: fini: %s", plugin_type, e.what());
+  }
+  {
+    std::lock_guard<std::mutex> l(g_usage_mu);
+    g_usage.reset();
+  }
+  g_ledger.reset();
+  g_tiers.reset();
+  g_config.reset();
+  return SLURM_SUCCESS;
+}
+
+PLANC_EXPORT void slurmctld_plugstack_p_get_config(config_plugin_params_t* p) {
+  try {
+    const planc::PlancConfig& cfg = *g_config;
+    xstrcat(p->name, plugin_type);
+    auto secs = [](uint64_t s) { return std::to_string(s) + " s"; };
+    add_pair(p->key_pairs, "StarvationThreshold", secs(cfg.starvation_threshold_seconds));
+    add_pair(p->key_pairs, "StarvationInterval", secs(cfg.starvation_interval_seconds));
+    add_pair(p->key_pairs, "StarvationMaxPerInterval",
+             std::to_string(cfg.starvation_max_per_interval));
+    add_pair(p->key_pairs, "SpotCapP2", planc::describe_spot_cap(cfg, TierId::kP2));
+    add_pair(p->key_pairs, "SpotCapP3", planc::describe_spot_cap(cfg, TierId::kP3));
+    add_pair(p->key_pairs, "SpotCapResetTime", planc::format_time_of_day(cfg.spot_reset_seconds));
+    add_pair(p->key_pairs, "SpotCapTimeZone",
+             "UTC" + planc::format_utc_offset(cfg.spot_utc_offset_seconds));
+    add_pair(p->key_pairs, "SpotCapDayLength", secs(cfg.spot_day_seconds));
+    add_pair(p->key_pairs, "StarvationUpgrades", std::to_string(g_upgrades.load()));
+    add_pair(p->key_pairs, "StarvationReverts", std::to_string(g_reverts.load()));
+    add_pair(p->key_pairs, "ScanCount", std::to_string(g_scans.load()));
+    add_pair(p->key_pairs, "ScanLastPendingJobs", std::to_string(g_last_scan_jobs.load()));
+    add_pair(p->key_pairs, "ScanLastUsec", std::to_string(g_last_scan_usec.load()));
+    add_pair(p->key_pairs, "ScanMaxUsec", std::to_string(g_max_scan_usec.load()));
+    add_pair(p->key_pairs, "ScanTotalUsec", std::to_string(g_total_scan_usec.load()));
+  } catch (const std::exception& e) {
+    error("%s: get_config: %s", plugin_type, e.what());
+  }
+}

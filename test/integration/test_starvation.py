@@ -1,0 +1,165 @@
+"""slurmctld/planc's starvation upgrade on the private cluster, as users see it.
+
+planc.conf here: a P3 job waiting more than 4 s (instead of 30 min) for the
+cluster gets a free attempt as P2, checked every second; P2's grace is 3 s
+so a preemption does not take 30 s.  The module restores the example
+planc.conf when it is done.
+"""
+import os
+import re
+import time
+
+import pytest
+
+from test_preempt import STUBBORN  # a job that traps SIGTERM and keeps running
+
+P2_LINE = ("Tier=P2 QOS=p2-spot Aliases=p2,plan-a-spot,elastic Priority=5000 Preemptible=yes "
+           "Preempts=P3 GraceTime=3 PriceFactor=0.35")
+MARK = re.compile(r"\[planc:free-attempt\] upgraded from P3 \(p3-spot\) to P2 \(p2-spot\) at "
+                  r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ after \d+ s waiting for (Resources|Priority); "
+                  r"this attempt is not billed")
+
+
+@pytest.fixture(scope="module")
+def starving(cluster):
+    cluster.set_planc_conf(["StarvationThreshold=4s", "StarvationInterval=1s", P2_LINE])
+    cluster.stubborn = cluster.write_script("stubborn.sh", STUBBORN.format(work=cluster.work))
+    yield cluster
+    cluster.cancel_all()
+    cluster.set_planc_conf([])
+
+
+@pytest.fixture
+def c(starving):
+    starving.cancel_all()
+    yield starving
+    starving.cancel_all()
+
+
+def submit(c, user, account, qos, *extra):
+    jobid, p = c.sbatch("-A", account, f"--qos={qos}", "--gres=gpu:8", "-N1", *extra, c.stubborn,
+                        user=user)
+    assert jobid, p.stderr
+    return jobid
+
+
+def fill_with_p2(c):
+    ids = [submit(c, "pcbob", "acct-spot", "p2") for _ in range(4)]
+    c.wait_for("the P2 jobs to fill the cluster",
+               lambda: all(c.state(j) == "RUNNING" for j in ids), timeout=60)
+    return ids
+
+
+def qos(c, jobid):
+    return c.squeue_field(jobid, "%q")
+
+
+def admin_comment(c, jobid, user="pcbob"):
+    text = c.run("scontrol", "show", "job", jobid, user=user, check=True).stdout
+    m = re.search(r"AdminComment=(.*)", text)
+    return m.group(1).strip() if m else ""
+
+
+def log_since(c, offset):
+    with open(os.path.join(c.dir, "log", "slurmctld.log"), errors="replace") as f:
+        f.seek(offset)
+        return f.read()
+
+
+def log_size(c):
+    return os.path.getsize(os.path.join(c.dir, "log", "slurmctld.log"))
+
+
+def upgraded_and_running(c):
+    """A P3 job starved by P2 work, upgraded, then started on a freed node."""
+    fillers = fill_with_p2(c)
+    job = submit(c, "pcbob", "acct-spot", "p3")
+    c.wait_for("the starving P3 job to be upgraded", lambda: qos(c, job) == "p2-spot", timeout=40)
+    c.run("scancel", fillers[0], check=True)
+    c.wait_for("the upgraded job to start", lambda: c.state(job) == "RUNNING", timeout=60)
+    return job, fillers
+
+
+def test_starved_p3_job_is_upgraded_and_starts_held_and_dependent_are_not(c):
+    at = log_size(c)
+    fillers = fill_with_p2(c)
+    starved = submit(c, "pcbob", "acct-spot", "p3")
+    held = submit(c, "pcbob", "acct-spot", "p3", "--hold")
+    dependent = submit(c, "pcbob", "acct-spot", "p3", f"--dependency=afterok:{fillers[1]}")
+    t0 = time.time()
+    c.wait_for("the starving P3 job to be upgraded", lambda: qos(c, starved) == "p2-spot",
+               timeout=40)
+    waited = time.time() - t0
+    print(f"\nupgraded {waited:.1f} s after submission (threshold 4 s, interval 1 s)")
+    assert waited > 4
+    # What the owner sees: squeue's QoS, and the mark in scontrol show job.
+    assert MARK.search(admin_comment(c, starved)), admin_comment(c, starved)
+    assert c.squeue_field(starved, "%T") == "PENDING"
+    # slurmdbd's record has the new QoS.
+    c.wait_for("sacct to show p2-spot", lambda: c.sacct_field(starved, "QOS") == "p2-spot",
+               timeout=30)
+    # Waiting for a reason of their own, the others are never upgraded.
+    time.sleep(6)
+    for j, reason in ((held, "JobHeldUser"), (dependent, "Dependency")):
+        assert qos(c, j) == "p3-spot", j
+        assert c.squeue_field(j, "%r") == reason
+        assert "[planc:free-attempt]" not in admin_comment(c, j)
+    log = log_since(c, at)
+    assert re.search(rf"slurmctld/planc: JobId={starved} upgraded from P3 to P2 \(free attempt\) "
+                     r"after waiting \d+ s for (Resources|Priority)", log), log[-2000:]
+    assert f"JobId={held} upgraded" not in log and f"JobId={dependent} upgraded" not in log
+    # A node frees: the upgraded job starts, still marked (billing reads it).
+    c.run("scancel", fillers[0], check=True)
+    c.wait_for("the upgraded job to start", lambda: c.state(starved) == "RUNNING", timeout=60)
+    assert qos(c, starved) == "p2-spot"
+    assert MARK.search(admin_comment(c, starved))
+
+
+def test_user_cannot_move_a_free_attempt_to_another_tier(c):
+    fill_with_p2(c)
+    job = submit(c, "pcbob", "acct-spot", "p3")
+    c.wait_for("the upgrade", lambda: qos(c, job) == "p2-spot", timeout=40)
+    r = c.run("scontrol", "update", f"jobid={job}", "qos=p3", user="pcbob")
+    assert r.returncode != 0
+    assert qos(c, job) == "p2-spot"
+    assert f"update of JobId={job} by uid" in log_since(c, 0)
+
+
+def test_upgraded_job_preempted_goes_back_to_p3(c):
+    at = log_size(c)
+    job, _ = upgraded_and_running(c)
+    node = c.squeue_field(job, "%N")
+    p0, p = c.sbatch("-A", "acct-lease", "--qos=p0", "--gres=gpu:8", "-w", node, "--wrap",
+                     "sleep 300", user="pcalice")
+    assert p0, p.stderr
+    c.wait_for("the P0 job to run", lambda: c.state(p0) == "RUNNING", timeout=90)
+    # Requeued by the preemption; the attempt is over: back to P3, mark gone.
+    c.wait_for("the job back in P3", lambda: qos(c, job) == "p3-spot", timeout=30)
+    comment = admin_comment(c, job)
+    assert "[planc:free-attempt]" not in comment
+    assert f"planc: preempted at" in comment and f"by job {p0} (P0 p0-lease)" in comment
+    assert c.state(job) == "PENDING"
+    # The fresh clock: requeue restarted its waiting time (eligible again
+    # only after the restart delay), so it is not upgraded at once.
+    assert c.squeue_field(job, "%r") in ("BeginTime", "Resources", "Priority", "None")
+    # slurmdbd kept the preempted P2 run with the mark: that segment is the
+    # free one billing reads.
+    def preempted_row():
+        rows = c.run("sacct", "-n", "-P", "-D", "-X", "-j", job, "-o", "State,QOS,AdminComment",
+                     user="pcbob").stdout.splitlines()
+        return next((r for r in rows if r.startswith("PREEMPTED|")), None)
+    row = c.wait_for("sacct's PREEMPTED row", preempted_row, timeout=30)
+    assert row.split("|")[1] == "p2-spot"
+    assert MARK.search(row) and "planc: preempted at" in row, row
+    assert (f"slurmctld/planc: JobId={job}: free P2 attempt ended by requeue; back in P3"
+            in log_since(c, at))
+
+
+def test_scan_settings_in_scontrol_show_config(c):
+    out = c.run("scontrol", "show", "config", check=True).stdout
+    section = out[out.index("slurmctld/planc"):]
+    for line in ("StarvationThreshold", "StarvationInterval", "StarvationMaxPerInterval",
+                 "SpotCapP2", "SpotCapP3", "SpotCapResetTime", "SpotCapTimeZone",
+                 "ScanLastUsec"):
+        assert re.search(rf"^{line}\s+=", section, re.M), line
+    assert re.search(r"^StarvationThreshold\s+= 4 s$", section, re.M)

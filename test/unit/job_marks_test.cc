@@ -1,0 +1,95 @@
+#include <gtest/gtest.h>
+
+#include "common/job_marks.h"
+
+namespace planc {
+namespace {
+
+const PlancConfig& cfg() {
+  static const PlancConfig c = parse_config("", "x").value();
+  return c;
+}
+
+constexpr time_t kT = 1796003232;  // 2026-11-30T01:47:12Z
+
+TEST(JobMarksTest, MarkText) {
+  EXPECT_EQ(free_attempt_mark(cfg(), TierId::kP3, TierId::kP2, kT, 31 * 60 + 20, "Resources"),
+            "[planc:free-attempt] upgraded from P3 (p3-spot) to P2 (p2-spot) at "
+            "2026-11-30T01:47:12Z after 31 min waiting for Resources; this attempt is not billed");
+  // Below a minute (short test thresholds) the wait is in seconds.
+  EXPECT_NE(free_attempt_mark(cfg(), TierId::kP3, TierId::kP2, kT, 7, "Priority")
+                .find("after 7 s waiting for Priority;"),
+            std::string::npos);
+}
+
+TEST(JobMarksTest, HasMarkAnywhere) {
+  struct Case {
+    const char* comment;
+    bool marked;
+  };
+  const Case cases[] = {
+      {"", false},
+      {"planc: preempted at ...", false},
+      {"[planc:free-attempt] upgraded ...", true},
+      {"vip customer | [planc:free-attempt] upgraded ...", true},
+      {"[planc:free-attempt", false},
+      {"[PLANC:FREE-ATTEMPT]", false},
+  };
+  for (const Case& c : cases) EXPECT_EQ(has_free_attempt_mark(c.comment), c.marked) << c.comment;
+}
+
+TEST(JobMarksTest, AddAndRemoveKeepOtherText) {
+  const std::string mark =
+      free_attempt_mark(cfg(), TierId::kP3, TierId::kP2, kT, 1900, "Resources");
+  struct Case {
+    const char* before;
+    std::string with_mark;  // after add_free_attempt_mark
+    const char* after;      // after remove_free_attempt_mark(with_mark)
+  };
+  const Case cases[] = {
+      {"", mark, ""},
+      {"vip customer", mark + " | vip customer", "vip customer"},
+      {"planc: preempted at X", mark + " | planc: preempted at X", "planc: preempted at X"},
+      // An old mark is replaced, not stacked.
+      {"[planc:free-attempt] old | note", mark + " | note", "note"},
+  };
+  for (const Case& c : cases) {
+    std::string added = add_free_attempt_mark(c.before, mark);
+    EXPECT_EQ(added, c.with_mark) << c.before;
+    EXPECT_TRUE(has_free_attempt_mark(added));
+    EXPECT_EQ(remove_free_attempt_mark(added), c.after) << c.before;
+    EXPECT_FALSE(has_free_attempt_mark(remove_free_attempt_mark(added)));
+  }
+  // A mark after other text: the separator before it goes too.
+  EXPECT_EQ(remove_free_attempt_mark("admin note | " + mark), "admin note");
+  EXPECT_EQ(remove_free_attempt_mark("no mark here"), "no mark here");
+}
+
+TEST(JobMarksTest, UpgradeTimeReadBack) {
+  std::string mark = free_attempt_mark(cfg(), TierId::kP3, TierId::kP2, kT, 1900, "Resources");
+  EXPECT_EQ(free_attempt_upgraded_at(mark), kT);
+  EXPECT_EQ(free_attempt_upgraded_at("x | " + mark + " | planc: preempted"), kT);
+  EXPECT_FALSE(free_attempt_upgraded_at("planc: preempted at 2026-11-30T01:47:12Z"));
+  EXPECT_FALSE(free_attempt_upgraded_at("[planc:free-attempt] at 2026-13-xxT"));
+}
+
+TEST(JobMarksTest, PreemptionNoteBesideTheMark) {
+  std::string mark = free_attempt_mark(cfg(), TierId::kP3, TierId::kP2, kT, 1900, "Resources");
+  struct Case {
+    std::string current;
+    std::optional<std::string> result;
+  };
+  const Case cases[] = {
+      {"", "planc: new"},
+      {"planc: old note", "planc: new"},
+      {mark, mark + " | planc: new"},
+      {mark + " | planc: old note", mark + " | planc: new"},
+      {"admin's own words", std::nullopt},
+      {mark + " | admin's own words", std::nullopt},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(admin_comment_with_note(c.current, "planc: new"), c.result) << c.current;
+}
+
+}  // namespace
+}  // namespace planc
