@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from test_billing import wait_bills
 from test_preempt import STUBBORN  # a job that traps SIGTERM and keeps running
 
 P2_LINE = ("Tier=P2 QOS=p2-spot Aliases=p2,plan-a-spot,elastic Priority=5000 Preemptible=yes "
@@ -113,6 +114,16 @@ def test_starved_p3_job_is_upgraded_and_starts_held_and_dependent_are_not(c):
     c.wait_for("the upgraded job to start", lambda: c.state(starved) == "RUNNING", timeout=60)
     assert qos(c, starved) == "p2-spot"
     assert MARK.search(admin_comment(c, starved))
+    # The attempt ends (here: the owner cancels it after a few seconds of
+    # running): its bill has the usage and costs nothing.
+    time.sleep(3)
+    c.run("scancel", starved, check=True)
+    (bill,) = wait_bills(c, starved, 1)
+    print("bill of the free attempt:", bill)
+    assert (bill["tier"], bill["qos"], bill["state"]) == ("P2", "p2-spot", "CANCELLED")
+    assert int(bill["billable_seconds"]) >= 3 and float(bill["card_seconds"]) >= 24
+    assert int(bill["amount_minor"]) == 0
+    assert bill["zero_reason"] == "free attempt after starvation upgrade"
 
 
 def test_user_cannot_move_a_free_attempt_to_another_tier(c):
