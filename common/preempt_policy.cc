@@ -84,6 +84,12 @@ std::vector<uint32_t> PreemptLedger::job_ids() const {
   return ids;
 }
 
+void LedgerFilter::rebuild(const std::vector<uint32_t>& job_ids) {
+  std::array<uint64_t, kWords> next{};
+  for (uint32_t id : job_ids) next[word(id)] |= uint64_t{1} << bit(id);
+  for (size_t i = 0; i < kWords; ++i) words_[i].store(next[i], std::memory_order_relaxed);
+}
+
 std::string PreemptLedger::serialize() const {
   std::string body;
   for (const auto& [id, times] : history_) {

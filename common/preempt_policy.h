@@ -8,6 +8,8 @@
 #ifndef PLANC_COMMON_PREEMPT_POLICY_H_
 #define PLANC_COMMON_PREEMPT_POLICY_H_
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <ctime>
 #include <map>
@@ -60,6 +62,44 @@ class PreemptLedger {
   uint32_t max_count_;
   uint32_t window_;
   std::map<uint32_t, std::vector<time_t>> history_;
+};
+
+// Which jobs may have a counted preemption, readable without a lock.
+//
+// Slurm asks the preemptable check and the victim rank thousands of times
+// per scheduling pass (it calls PREEMPT_DATA_PRIO twice per comparison while
+// it sorts the candidates, src/slurmctld/preempt.c), almost always about
+// jobs the ledger has never seen.  This filter answers "certainly not in the
+// ledger" with one relaxed load, so only jobs that may have a history pay for
+// the ledger's mutex.  One bit per job id modulo 65,536: a false positive
+// only costs a lock, never a wrong answer.
+//
+// Threads: maybe_contains() from any thread, at any time.  add() and
+// rebuild() must be serialized by the caller (the plugin calls them under
+// the ledger's mutex).  A job's bit is never cleared while the job is still
+// in the ledger: rebuild() stores each word once, already holding the bits
+// of every job it keeps.  Visibility of add() to readers in other threads
+// comes from the caller's own locking (preempt/planc: slurmctld's job lock
+// is held both where a preemption is counted and where the answer is read).
+class LedgerFilter {
+ public:
+  LedgerFilter() {
+    for (auto& w : words_) w.store(0, std::memory_order_relaxed);
+  }
+  bool maybe_contains(uint32_t job_id) const {
+    return (words_[word(job_id)].load(std::memory_order_relaxed) >> bit(job_id)) & 1;
+  }
+  void add(uint32_t job_id) {
+    words_[word(job_id)].fetch_or(uint64_t{1} << bit(job_id), std::memory_order_relaxed);
+  }
+  // Exactly the jobs in `job_ids` afterwards.
+  void rebuild(const std::vector<uint32_t>& job_ids);
+
+ private:
+  static constexpr size_t kWords = 1024;  // 65,536 bits, 8 KiB
+  static size_t word(uint32_t id) { return (id >> 6) % kWords; }
+  static uint32_t bit(uint32_t id) { return id & 63; }
+  std::array<std::atomic<uint64_t>, kWords> words_;
 };
 
 // What the victim order looks at.

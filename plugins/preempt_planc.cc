@@ -53,9 +53,9 @@ std::string g_state_path;
 std::mutex g_mu;
 std::unique_ptr<PreemptLedger> g_ledger;  // GUARDED_BY(g_mu)
 bool g_dirty = false;                     // GUARDED_BY(g_mu)
-// True while no job has a counted preemption: the preemptable check then
-// needs no lock.  Written under g_mu.
-std::atomic<bool> g_ledger_empty{true};
+// The jobs g_ledger may hold, readable without g_mu: the preemptable check
+// and the victim rank take the lock only for those.  Written under g_mu.
+planc::LedgerFilter g_in_ledger;
 bool g_stop = false;                      // GUARDED_BY(g_mu)
 // Ends of grace periods in progress.  Slurm finishes a preemption only when
 // the scheduler next tries the preemptor after the grace has run out, which
@@ -141,8 +141,8 @@ void forget_ended_jobs() {
   {
     std::lock_guard<std::mutex> l(g_mu);
     g_ledger->prune(time(nullptr));
-    g_ledger_empty.store(g_ledger->size() == 0);
     ids = g_ledger->job_ids();
+    g_in_ledger.rebuild(ids);
   }
   if (ids.empty()) return;
   std::vector<uint32_t> ended;
@@ -156,7 +156,7 @@ void forget_ended_jobs() {
   if (ended.empty()) return;
   std::lock_guard<std::mutex> l(g_mu);
   for (uint32_t id : ended) g_ledger->forget(id);
-  g_ledger_empty.store(g_ledger->size() == 0);
+  g_in_ledger.rebuild(g_ledger->job_ids());
   g_dirty = true;
 }
 
@@ -245,7 +245,7 @@ uint32_t grace_and_count(job_record_t* job) {
   {
     std::lock_guard<std::mutex> l(g_mu);
     g_ledger->record(job->job_id, now);
-    g_ledger_empty.store(false);
+    g_in_ledger.add(job->job_id);
     e.count_in_window = g_ledger->count_in_window(job->job_id, now);
     if (e.grace_seconds)
       g_grace_ends.insert({now + static_cast<time_t>(e.grace_seconds), job->job_id,
@@ -295,7 +295,7 @@ PLANC_EXPORT int init(void) {
                    "/" + kStateFile;
     g_tiers = std::make_unique<planc::QosTierCache>(g_config->tiers);
     g_ledger = load_state(*g_config);
-    g_ledger_empty.store(g_ledger->size() == 0);
+    g_in_ledger.rebuild(g_ledger->job_ids());
     g_stop = false;
     g_worker = std::thread(worker);
     verbose("%s loaded", plugin_type);
@@ -333,7 +333,7 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
     if (!ee || !er || !g_config->tiers.can_preempt(er->id, ee->id)) return false;
     g_last_preemptor = preemptor->job_id;
     g_last_preemptor_tier = er->id;
-    if (g_ledger_empty.load(std::memory_order_relaxed)) return true;
+    if (!g_in_ledger.maybe_contains(preemptee->job_id)) return true;
     std::lock_guard<std::mutex> l(g_mu);
     return !g_ledger->capped(preemptee->job_id, time(nullptr));
   } catch (...) {
@@ -373,7 +373,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         planc::VictimFacts v{t ? t->id : TierId::kP0, 0, 0};
         if (job_ptr->start_time && now > job_ptr->start_time)
           v.run_seconds = static_cast<uint32_t>(now - job_ptr->start_time);
-        if (!g_ledger_empty.load(std::memory_order_relaxed)) {
+        if (g_in_ledger.maybe_contains(job_ptr->job_id)) {
           std::lock_guard<std::mutex> l(g_mu);
           v.recent_preemptions = g_ledger->count_in_window(job_ptr->job_id, now);
         }

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "common/preempt_policy.h"
 
 namespace planc {
@@ -57,6 +59,47 @@ TEST(PreemptLedgerTest, PruneAndForget) {
   EXPECT_EQ(l.job_ids(), std::vector<uint32_t>{2});
   l.forget(2);
   EXPECT_EQ(l.size(), 0u);
+}
+
+TEST(LedgerFilterTest, AddRebuildAndCollisions) {
+  auto f = std::make_unique<LedgerFilter>();  // 8 KiB: not on the stack
+  struct Case {
+    uint32_t id;
+    bool after_add;      // after add(7), add(65536 + 9), add(0xffffffff)
+    bool after_rebuild;  // after rebuild({9, 4000000000})
+  } cases[] = {
+      {7, true, false},
+      {8, false, false},
+      {9, true, true},              // 65536 + 9 shares job 9's bit: a false positive
+      {65536 + 9, true, true},      // and back again after the rebuild
+      {0xffffffff, true, false},
+      {4000000000, false, true},
+      {1, false, false},
+  };
+  for (const auto& c : cases) EXPECT_FALSE(f->maybe_contains(c.id)) << c.id;
+  f->add(7);
+  f->add(65536 + 9);
+  f->add(0xffffffff);
+  for (const auto& c : cases) EXPECT_EQ(f->maybe_contains(c.id), c.after_add) << c.id;
+  f->rebuild({9, 4000000000});
+  for (const auto& c : cases) EXPECT_EQ(f->maybe_contains(c.id), c.after_rebuild) << c.id;
+  f->rebuild({});
+  for (const auto& c : cases) EXPECT_FALSE(f->maybe_contains(c.id)) << c.id;
+}
+
+// Whatever ids the ledger holds, the filter never says "not there" for one
+// of them (the plugin then skips the ledger and would miss the cap).
+TEST(LedgerFilterTest, NeverMissesALedgerJob) {
+  auto f = std::make_unique<LedgerFilter>();
+  PreemptLedger l(3, kDay);
+  for (uint32_t id = 1; id < 200000; id += 997) {
+    l.record(id, kT0);
+    f->add(id);
+  }
+  for (uint32_t id : l.job_ids()) ASSERT_TRUE(f->maybe_contains(id)) << id;
+  for (uint32_t id = 1; id < 200000; id += 997 * 2) l.forget(id);
+  f->rebuild(l.job_ids());
+  for (uint32_t id : l.job_ids()) ASSERT_TRUE(f->maybe_contains(id)) << id;
 }
 
 TEST(PreemptLedgerTest, StateRoundTrip) {
