@@ -151,6 +151,12 @@ Result<PreemptLedger> PreemptLedger::parse(std::string_view text, uint32_t max_c
   return ledger;
 }
 
+uint32_t run_minutes(time_t started, time_t now) {
+  if (started <= 0 || now <= started) return 0;
+  time_t m = now / 60 - started / 60;
+  return m > 0xffffffff ? 0xffffffffu : static_cast<uint32_t>(m);
+}
+
 uint32_t victim_rank(const VictimFacts& v) {
   // [31:30] tier class, [29:22] preemptions in window, [21:0] run minutes.
   // Class 0 is kInGraceRank's alone.
@@ -161,7 +167,7 @@ uint32_t victim_rank(const VictimFacts& v) {
     default: tier_class = 3; break;  // never preempted; last if ever offered
   }
   uint32_t count = std::min<uint32_t>(v.recent_preemptions, 0xff);
-  uint32_t minutes = std::min<uint32_t>(v.run_seconds / 60, 0x3fffff);
+  uint32_t minutes = std::min<uint32_t>(v.run_minutes, 0x3fffff);
   return (tier_class << 30) | (count << 22) | minutes;
 }
 

@@ -106,8 +106,18 @@ class LedgerFilter {
 struct VictimFacts {
   TierId tier;
   uint32_t recent_preemptions;  // in the cap's window
-  uint32_t run_seconds;         // since this run started: the work at risk
+  uint32_t run_minutes;         // run_minutes(): the work at risk
 };
+
+// Whole minutes a job that started at `started` has run at `now`, counted
+// on the clock's minute marks (now/60 - started/60), not from the job's own
+// start: every running job's count steps up at the same instant, so the
+// order of two running jobs never changes while they run.  (Counted from
+// each job's start, jobs crossed into their next minute one at a time and
+// the order Slurm preempts in shifted from one scheduling pass to the next;
+// see README, "Victim order".)  0 for a job not started or a clock gone
+// backwards.
+uint32_t run_minutes(time_t started, time_t now);
 
 // Slurm preempts candidates in ascending order of this rank.  (The plugin
 // ranks a job already in its grace period 0, before all of these, so one
@@ -116,7 +126,7 @@ struct VictimFacts {
 //   1. tier: P3 before P2 (a lower tier first; guaranteed tiers never);
 //   2. fewer preemptions in the window first (spreads preemption so no
 //      job is hit again and again);
-//   3. shorter current run first (loses the least work).
+//   3. shorter current run first, in run_minutes() (loses the least work).
 uint32_t victim_rank(const VictimFacts& v);
 inline constexpr uint32_t kInGraceRank = 0;  // below every victim_rank()
 

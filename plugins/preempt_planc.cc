@@ -7,7 +7,8 @@
 //   MODE          requeue when the job is requeueable, else cancel;
 //                 guaranteed tiers OFF (never preempted);
 //   PRIO          the victim order (a job already in grace first, then P3,
-//                 fewest recent preemptions, shortest current run);
+//                 fewest recent preemptions, shortest current run in
+//                 clock minutes);
 //   GRACE_TIME    asked exactly once when a preemption starts: the tier's
 //                 grace, and the moment the preemption is counted and the
 //                 owner's note (SystemComment) is written.
@@ -371,8 +372,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         const Tier* t = planc::slurm::job_tier(*g_tiers, job_ptr);
         time_t now = time(nullptr);
         planc::VictimFacts v{t ? t->id : TierId::kP0, 0, 0};
-        if (job_ptr->start_time && now > job_ptr->start_time)
-          v.run_seconds = static_cast<uint32_t>(now - job_ptr->start_time);
+        v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
         if (g_in_ledger.maybe_contains(job_ptr->job_id)) {
           std::lock_guard<std::mutex> l(g_mu);
           v.recent_preemptions = g_ledger->count_in_window(job_ptr->job_id, now);

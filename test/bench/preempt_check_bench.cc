@@ -115,7 +115,7 @@ __attribute__((noinline)) uint32_t planc_prio(PlancState* s, const FakeJob* j) {
   const planc::Tier* t = j->qos ? s->tiers->lookup(j->qos->id, j->qos->name.c_str()) : nullptr;
   time_t now = time(nullptr);
   planc::VictimFacts v{t ? t->id : planc::TierId::kP0, 0, 0};
-  if (j->start_time && now > j->start_time) v.run_seconds = static_cast<uint32_t>(now - j->start_time);
+  v.run_minutes = planc::run_minutes(j->start_time, now);
   if (s->filter->maybe_contains(j->job_id)) {
     std::lock_guard<std::mutex> l(s->mu);
     v.recent_preemptions = s->ledger->count_in_window(j->job_id, now);
