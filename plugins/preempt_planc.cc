@@ -81,6 +81,17 @@ TierId g_last_preemptor_tier = TierId::kP0;
 
 constexpr const char* kStateFile = "planc_preempt_state";
 
+// Killing the batch script alone (KILL_JOB_BATCH: slurmstepd kill()s only
+// the shell's pid) orphans everything the script started: the children are
+// re-parented to init, proctrack/linuxproc no longer finds them, and they
+// keep running after Slurm requeues the job.  bench-preempt left one orphan
+// `sleep` per P3 victim preempted by preempt/planc (2,296 after 9 runs, none
+// after preempt/qos runs).  With KILL_FULL_JOB as well, slurmstepd
+// killpg()s the script's process group and slurmd signals the job's other
+// steps too, which is what a kill at preemption means.
+constexpr uint16_t kBatchProcessGroup = KILL_JOB_BATCH | KILL_FULL_JOB;
+constexpr uint16_t kSigkill = SIGKILL;
+
 // Writes the ledger atomically: <file>.new, fsync, rename, fsync the dir.
 bool write_state(const std::string& text) {
   std::string tmp = g_state_path + ".new";
@@ -180,7 +191,7 @@ void end_grace(const std::vector<GraceEnd>& due) {
     job_record_t* job = find_job_record(g.victim);
     if (!job || !IS_JOB_RUNNING(job) || !job->preempt_time || now < job->end_time) continue;
     job_record_t* preemptor = g.preemptor ? find_job_record(g.preemptor) : nullptr;
-    if (job->batch_flag) job_signal(job, SIGKILL, KILL_JOB_BATCH, 0, false);
+    if (job->batch_flag) job_signal(job, kSigkill, kBatchProcessGroup, 0, false);
     slurm_job_preempt(job, preemptor, slurm_job_preempt_mode(job), false);
     if (preemptor && IS_JOB_PENDING(preemptor) && preemptor->details)
       preemptor->details->preempt_start_time = now;
@@ -268,15 +279,15 @@ uint32_t grace_and_count(job_record_t* job) {
   if (job->batch_flag) {
     // Slurm's own grace signal (preempt.c) reaches the job's steps but not
     // the batch script, which is where most jobs trap SIGTERM to
-    // checkpoint.  Signal the batch step too (its whole process tree), as
-    // `scancel -b` does.
+    // checkpoint.  Signal the batch script too, as `scancel -b` does (the
+    // shell itself: what it started hears SIGTERM only if it passes it on).
     job_signal(job, SIGTERM, KILL_JOB_BATCH, 0, false);
     // No grace means no grace: without this, slurmd gives the batch step
     // at least 5 s between SIGTERM and SIGKILL (slurmd/req.c,
-    // MAX(kill_wait, 5)) and the preemptor waits for it.  With
-    // KILL_JOB_BATCH this only signals processes; Slurm's requeue or
-    // cancel that follows still decides the job's fate.
-    if (!e.grace_seconds) job_signal(job, SIGKILL, KILL_JOB_BATCH, 0, false);
+    // MAX(kill_wait, 5)) and the preemptor waits for it.  This only
+    // signals processes (the script's process group and the job's steps);
+    // Slurm's requeue or cancel that follows still decides the job's fate.
+    if (!e.grace_seconds) job_signal(job, kSigkill, kBatchProcessGroup, 0, false);
   }
   info("%s: %pJ (%s) preempted by JobId=%u (%s), grace %u s, %s, preemption %u in window",
        plugin_type, job, victim->label.c_str(), e.preemptor_job,
