@@ -51,6 +51,12 @@ std::vector<uint32_t> PreemptLedger::job_ids() const {
   return ids;
 }
 
+void LedgerFilter::rebuild(const std::vector<uint32_t>& job_ids) {
+  std::array<uint64_t, kWords> next{};
+  for (uint32_t id : job_ids) next[word(id)] |= uint64_t{1} << bit(id);
+  for (size_t i = 0; i < kWords; ++i) words_[i].store(next[i], std::memory_order_relaxed);
+}
+
 std::string PreemptLedger::serialize() const {
   std::string body;
   for (const auto& [id, times] : history_) {
@@ -96,6 +102,12 @@ Result<PreemptLedger> PreemptLedger::parse(std::string_view text, uint32_t max_c
   return ledger;
 }
 
+uint32_t run_minutes(time_t started, time_t now) {
+  if (started <= 0 || now <= started) return 0;
+  time_t m = now / 60 - started / 60;
+  return m > 0xffffffff ? 0xffffffffu : static_cast<uint32_t>(m);
+}
+
 uint32_t victim_rank(const VictimFacts& v) {
   // [31:30] tier class, [29:22] preemptions in window, [21:0] run minutes.
   // Class 0 is kInGraceRank's alone.
@@ -106,7 +118,7 @@ uint32_t victim_rank(const VictimFacts& v) {
     default: tier_class = 3; break;  // never preempted; last if ever offered
   }
   uint32_t count = std::min<uint32_t>(v.recent_preemptions, 0xff);
-  uint32_t minutes = std::min<uint32_t>(v.run_seconds / 60, 0x3fffff);
+  uint32_t minutes = std::min<uint32_t>(v.run_minutes, 0x3fffff);
   return (tier_class << 30) | (count << 22) | minutes;
 }
 

@@ -8,6 +8,8 @@
 #ifndef PLANC_COMMON_PREEMPT_POLICY_H_
 #define PLANC_COMMON_PREEMPT_POLICY_H_
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <ctime>
 #include <map>
@@ -62,12 +64,60 @@ class PreemptLedger {
   std::map<uint32_t, std::vector<time_t>> history_;
 };
 
+// Which jobs may have a counted preemption, readable without a lock.
+//
+// Slurm asks the preemptable check and the victim rank thousands of times
+// per scheduling pass (it calls PREEMPT_DATA_PRIO twice per comparison while
+// it sorts the candidates, src/slurmctld/preempt.c), almost always about
+// jobs the ledger has never seen.  This filter answers "certainly not in the
+// ledger" with one relaxed load, so only jobs that may have a history pay for
+// the ledger's mutex.  One bit per job id modulo 65,536: a false positive
+// only costs a lock, never a wrong answer.
+//
+// Threads: maybe_contains() from any thread, at any time.  add() and
+// rebuild() must be serialized by the caller (the plugin calls them under
+// the ledger's mutex).  A job's bit is never cleared while the job is still
+// in the ledger: rebuild() stores each word once, already holding the bits
+// of every job it keeps.  Visibility of add() to readers in other threads
+// comes from the caller's own locking (preempt/planc: slurmctld's job lock
+// is held both where a preemption is counted and where the answer is read).
+class LedgerFilter {
+ public:
+  LedgerFilter() {
+    for (auto& w : words_) w.store(0, std::memory_order_relaxed);
+  }
+  bool maybe_contains(uint32_t job_id) const {
+    return (words_[word(job_id)].load(std::memory_order_relaxed) >> bit(job_id)) & 1;
+  }
+  void add(uint32_t job_id) {
+    words_[word(job_id)].fetch_or(uint64_t{1} << bit(job_id), std::memory_order_relaxed);
+  }
+  // Exactly the jobs in `job_ids` afterwards.
+  void rebuild(const std::vector<uint32_t>& job_ids);
+
+ private:
+  static constexpr size_t kWords = 1024;  // 65,536 bits, 8 KiB
+  static size_t word(uint32_t id) { return (id >> 6) % kWords; }
+  static uint32_t bit(uint32_t id) { return id & 63; }
+  std::array<std::atomic<uint64_t>, kWords> words_;
+};
+
 // What the victim order looks at.
 struct VictimFacts {
   TierId tier;
   uint32_t recent_preemptions;  // in the cap's window
-  uint32_t run_seconds;         // since this run started: the work at risk
+  uint32_t run_minutes;         // run_minutes(): the work at risk
 };
+
+// Whole minutes a job that started at `started` has run at `now`, counted
+// on the clock's minute marks (now/60 - started/60), not from the job's own
+// start: every running job's count steps up at the same instant, so the
+// order of two running jobs never changes while they run.  (Counted from
+// each job's start, jobs crossed into their next minute one at a time and
+// the order Slurm preempts in shifted from one scheduling pass to the next;
+// see README, "Victim order".)  0 for a job not started or a clock gone
+// backwards.
+uint32_t run_minutes(time_t started, time_t now);
 
 // Slurm preempts candidates in ascending order of this rank.  (The plugin
 // ranks a job already in its grace period 0, before all of these, so one
@@ -76,7 +126,7 @@ struct VictimFacts {
 //   1. tier: P3 before P2 (a lower tier first; guaranteed tiers never);
 //   2. fewer preemptions in the window first (spreads preemption so no
 //      job is hit again and again);
-//   3. shorter current run first (loses the least work).
+//   3. shorter current run first, in run_minutes() (loses the least work).
 uint32_t victim_rank(const VictimFacts& v);
 inline constexpr uint32_t kInGraceRank = 0;  // below every victim_rank()
 

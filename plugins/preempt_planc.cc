@@ -7,7 +7,8 @@
 //   MODE          requeue when the job is requeueable, else cancel;
 //                 guaranteed tiers OFF (never preempted);
 //   PRIO          the victim order (a job already in grace first, then P3,
-//                 fewest recent preemptions, shortest current run);
+//                 fewest recent preemptions, shortest current run in
+//                 clock minutes);
 //   GRACE_TIME    asked exactly once when a preemption starts: the tier's
 //                 grace, and the moment the preemption is counted and the
 //                 owner's note (SystemComment) is written.
@@ -54,9 +55,9 @@ std::string g_state_path;
 std::mutex g_mu;
 std::unique_ptr<PreemptLedger> g_ledger;  // GUARDED_BY(g_mu)
 bool g_dirty = false;                     // GUARDED_BY(g_mu)
-// True while no job has a counted preemption: the preemptable check then
-// needs no lock.  Written under g_mu.
-std::atomic<bool> g_ledger_empty{true};
+// The jobs g_ledger may hold, readable without g_mu: the preemptable check
+// and the victim rank take the lock only for those.  Written under g_mu.
+planc::LedgerFilter g_in_ledger;
 bool g_stop = false;                      // GUARDED_BY(g_mu)
 // Ends of grace periods in progress.  Slurm finishes a preemption only when
 // the scheduler next tries the preemptor after the grace has run out, which
@@ -80,6 +81,17 @@ uint32_t g_last_preemptor = 0;
 TierId g_last_preemptor_tier = TierId::kP0;
 
 constexpr const char* kStateFile = "planc_preempt_state";
+
+// Killing the batch script alone (KILL_JOB_BATCH: slurmstepd kill()s only
+// the shell's pid) orphans everything the script started: the children are
+// re-parented to init, proctrack/linuxproc no longer finds them, and they
+// keep running after Slurm requeues the job.  bench-preempt left one orphan
+// `sleep` per P3 victim preempted by preempt/planc (2,296 after 9 runs, none
+// after preempt/qos runs).  With KILL_FULL_JOB as well, slurmstepd
+// killpg()s the script's process group and slurmd signals the job's other
+// steps too, which is what a kill at preemption means.
+constexpr uint16_t kBatchProcessGroup = KILL_JOB_BATCH | KILL_FULL_JOB;
+constexpr uint16_t kSigkill = SIGKILL;
 
 // Writes the ledger atomically: <file>.new, fsync, rename, fsync the dir.
 bool write_state(const std::string& text) {
@@ -142,8 +154,8 @@ void forget_ended_jobs() {
   {
     std::lock_guard<std::mutex> l(g_mu);
     g_ledger->prune(time(nullptr));
-    g_ledger_empty.store(g_ledger->size() == 0);
     ids = g_ledger->job_ids();
+    g_in_ledger.rebuild(ids);
   }
   if (ids.empty()) return;
   std::vector<uint32_t> ended;
@@ -157,7 +169,7 @@ void forget_ended_jobs() {
   if (ended.empty()) return;
   std::lock_guard<std::mutex> l(g_mu);
   for (uint32_t id : ended) g_ledger->forget(id);
-  g_ledger_empty.store(g_ledger->size() == 0);
+  g_in_ledger.rebuild(g_ledger->job_ids());
   g_dirty = true;
 }
 
@@ -180,7 +192,7 @@ void end_grace(const std::vector<GraceEnd>& due) {
     job_record_t* job = find_job_record(g.victim);
     if (!job || !IS_JOB_RUNNING(job) || !job->preempt_time || now < job->end_time) continue;
     job_record_t* preemptor = g.preemptor ? find_job_record(g.preemptor) : nullptr;
-    if (job->batch_flag) job_signal(job, SIGKILL, KILL_JOB_BATCH, 0, false);
+    if (job->batch_flag) job_signal(job, kSigkill, kBatchProcessGroup, 0, false);
     slurm_job_preempt(job, preemptor, slurm_job_preempt_mode(job), false);
     if (preemptor && IS_JOB_PENDING(preemptor) && preemptor->details)
       preemptor->details->preempt_start_time = now;
@@ -246,7 +258,7 @@ uint32_t grace_and_count(job_record_t* job) {
   {
     std::lock_guard<std::mutex> l(g_mu);
     g_ledger->record(job->job_id, now);
-    g_ledger_empty.store(false);
+    g_in_ledger.add(job->job_id);
     e.count_in_window = g_ledger->count_in_window(job->job_id, now);
     if (e.grace_seconds)
       g_grace_ends.insert({now + static_cast<time_t>(e.grace_seconds), job->job_id,
@@ -269,15 +281,15 @@ uint32_t grace_and_count(job_record_t* job) {
   if (job->batch_flag) {
     // Slurm's own grace signal (preempt.c) reaches the job's steps but not
     // the batch script, which is where most jobs trap SIGTERM to
-    // checkpoint.  Signal the batch step too (its whole process tree), as
-    // `scancel -b` does.
+    // checkpoint.  Signal the batch script too, as `scancel -b` does (the
+    // shell itself: what it started hears SIGTERM only if it passes it on).
     job_signal(job, SIGTERM, KILL_JOB_BATCH, 0, false);
     // No grace means no grace: without this, slurmd gives the batch step
     // at least 5 s between SIGTERM and SIGKILL (slurmd/req.c,
-    // MAX(kill_wait, 5)) and the preemptor waits for it.  With
-    // KILL_JOB_BATCH this only signals processes; Slurm's requeue or
-    // cancel that follows still decides the job's fate.
-    if (!e.grace_seconds) job_signal(job, SIGKILL, KILL_JOB_BATCH, 0, false);
+    // MAX(kill_wait, 5)) and the preemptor waits for it.  This only
+    // signals processes (the script's process group and the job's steps);
+    // Slurm's requeue or cancel that follows still decides the job's fate.
+    if (!e.grace_seconds) job_signal(job, kSigkill, kBatchProcessGroup, 0, false);
   }
   info("%s: %pJ (%s) preempted by JobId=%u (%s), grace %u s, %s, preemption %u in window",
        plugin_type, job, victim->label.c_str(), e.preemptor_job,
@@ -297,7 +309,7 @@ PLANC_EXPORT int init(void) {
                    "/" + kStateFile;
     g_tiers = std::make_unique<planc::QosTierCache>(g_config->tiers);
     g_ledger = load_state(*g_config);
-    g_ledger_empty.store(g_ledger->size() == 0);
+    g_in_ledger.rebuild(g_ledger->job_ids());
     g_stop = false;
     g_worker = std::thread(worker);
     verbose("%s loaded", plugin_type);
@@ -335,7 +347,7 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
     if (!ee || !er || !g_config->tiers.can_preempt(er->id, ee->id)) return false;
     g_last_preemptor = preemptor->job_id;
     g_last_preemptor_tier = er->id;
-    if (g_ledger_empty.load(std::memory_order_relaxed)) return true;
+    if (!g_in_ledger.maybe_contains(preemptee->job_id)) return true;
     std::lock_guard<std::mutex> l(g_mu);
     return !g_ledger->capped(preemptee->job_id, time(nullptr));
   } catch (...) {
@@ -373,9 +385,8 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         const Tier* t = planc::slurm::job_tier(*g_tiers, job_ptr);
         time_t now = time(nullptr);
         planc::VictimFacts v{t ? t->id : TierId::kP0, 0, 0};
-        if (job_ptr->start_time && now > job_ptr->start_time)
-          v.run_seconds = static_cast<uint32_t>(now - job_ptr->start_time);
-        if (!g_ledger_empty.load(std::memory_order_relaxed)) {
+        v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
+        if (g_in_ledger.maybe_contains(job_ptr->job_id)) {
           std::lock_guard<std::mutex> l(g_mu);
           v.recent_preemptions = g_ledger->count_in_window(job_ptr->job_id, now);
         }

@@ -5,9 +5,14 @@
 //   qos    compare the two QoS ids, test the preemptee's id in the
 //          preemptor's preempt bitmap (src/plugins/preempt/qos/preempt_qos.c)
 //   planc  the tier of both jobs from a QosTierCache (by QoS id), can_preempt(),
-//          and when the tiers allow it, time() and PreemptLedger::capped()
-//          under a std::mutex (plugins/preempt_planc.cc; the plugin skips the
-//          lock while no job has a counted preemption, which this does not)
+//          and when the tiers allow it and the LedgerFilter says the
+//          preemptee may have a history, time() and PreemptLedger::capped()
+//          under a std::mutex (plugins/preempt_planc.cc)
+//
+// and the victim rank (PREEMPT_DATA_PRIO, asked twice per comparison while
+// Slurm sorts the candidates): preempt/qos's _gen_job_prio() (QoS priority
+// and node count) against preempt/planc's (tier, the filter, and the
+// ledger's count only for jobs that may have one, run minutes).
 //
 // Both run through a non-inlined function taking the fake job records by
 // pointer, as slurmctld calls the plugin through a function pointer.  Two
@@ -24,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -45,6 +51,10 @@ struct FakeQos {
 struct FakeJob {
   uint32_t job_id;
   const FakeQos* qos;
+  uint32_t qos_priority = 0;  // preempt/qos reads qos_ptr->priority
+  uint32_t node_cnt = 1;
+  time_t start_time = 0;
+  time_t preempt_time = 0;
 };
 
 // preempt/qos, preempt_p_preemptable(), without PREEMPT_MODE_WITHIN (off in
@@ -65,6 +75,7 @@ struct PlancState {
   const planc::QosTierCache* tiers;
   std::mutex mu;
   planc::PreemptLedger* ledger;  // GUARDED_BY(mu)
+  const planc::LedgerFilter* filter;
   uint32_t last_preemptor = 0;
   planc::TierId last_preemptor_tier = planc::TierId::kP0;
 };
@@ -77,6 +88,7 @@ __attribute__((noinline)) bool planc_preemptable(PlancState* s, const FakeJob* e
   if (!tee || !ter || !cfg.tiers.can_preempt(ter->id, tee->id)) return false;
   s->last_preemptor = er->job_id;
   s->last_preemptor_tier = ter->id;
+  if (!s->filter->maybe_contains(ee->job_id)) return true;
   std::lock_guard<std::mutex> l(s->mu);
   return !s->ledger->capped(ee->job_id, time(nullptr));
 }
@@ -89,6 +101,26 @@ __attribute__((noinline)) bool planc_tiers_only(PlancState* s, const FakeJob* ee
   const planc::Tier* tee = ee->qos ? s->tiers->lookup(ee->qos->id, ee->qos->name.c_str()) : nullptr;
   const planc::Tier* ter = er->qos ? s->tiers->lookup(er->qos->id, er->qos->name.c_str()) : nullptr;
   return tee && ter && cfg.tiers.can_preempt(ter->id, tee->id);
+}
+
+// preempt/qos, _gen_job_prio().
+__attribute__((noinline)) uint32_t qos_prio(const FakeJob* j) {
+  uint32_t prio = j->qos ? (j->qos_priority >= 0xffff ? 0xffffu << 16 : j->qos_priority << 16) : 0;
+  return prio + (j->node_cnt >= 0xffff ? 0xffff : j->node_cnt);
+}
+
+// preempt/planc, preempt_p_get_data(PREEMPT_DATA_PRIO).
+__attribute__((noinline)) uint32_t planc_prio(PlancState* s, const FakeJob* j) {
+  if (j->preempt_time) return planc::kInGraceRank;
+  const planc::Tier* t = j->qos ? s->tiers->lookup(j->qos->id, j->qos->name.c_str()) : nullptr;
+  time_t now = time(nullptr);
+  planc::VictimFacts v{t ? t->id : planc::TierId::kP0, 0, 0};
+  v.run_minutes = planc::run_minutes(j->start_time, now);
+  if (s->filter->maybe_contains(j->job_id)) {
+    std::lock_guard<std::mutex> l(s->mu);
+    v.recent_preemptions = s->ledger->count_in_window(j->job_id, now);
+  }
+  return planc::victim_rank(v);
 }
 
 volatile uint64_t g_sink;
@@ -164,6 +196,9 @@ int main(int argc, char** argv) {
   planc::QosTierCache tier_cache(cfg.tiers);
   st.tiers = &tier_cache;
   st.ledger = &ledger;
+  auto filter = std::make_unique<planc::LedgerFilter>();
+  filter->rebuild(ledger.job_ids());
+  st.filter = filter.get();
 
   struct Mix {
     const char* name;
@@ -195,5 +230,27 @@ int main(int argc, char** argv) {
                 "(tier lookups+matrix alone %5.1f ns; median of %d x %ld calls; ledger %zu jobs)\n",
                 m.name, pm, qm, pm / qm, tm, kRounds, n, ledger.size());
   }
+
+  // The victim rank over running P3 candidates, as Slurm sorts them: a
+  // quarter of them with a counted preemption (they were requeued and run
+  // again), the rest never preempted.
+  std::vector<FakeJob> cand(kPairs);
+  for (size_t i = 0; i < kPairs; ++i) {
+    bool has_history = rng() % 4 == 0;
+    uint32_t id = has_history ? 1 + rng() % ledger_jobs : 10 * ledger_jobs + static_cast<uint32_t>(i);
+    cand[i] = {id, p3, 1000, 1, now - 30 - static_cast<time_t>(rng() % 7200), 0};
+  }
+  std::vector<double> q, p;
+  for (int round = 0; round <= kRounds; ++round) {
+    double qn = ns_per_call(n, [&](long i) { return qos_prio(&cand[i & (kPairs - 1)]) & 1; });
+    double pn = ns_per_call(n, [&](long i) { return planc_prio(&st, &cand[i & (kPairs - 1)]) & 1; });
+    if (round == 0) continue;
+    q.push_back(qn);
+    p.push_back(pn);
+  }
+  double qm = median(q), pm = median(p);
+  std::printf("victim rank (PRIO)      : planc %6.1f ns/call, qos %5.1f ns/call, ratio %5.1fx "
+              "(1 in 4 candidates with a counted preemption; median of %d x %ld calls)\n",
+              pm, qm, pm / qm, kRounds, n);
   return 0;
 }

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "common/preempt_policy.h"
 
 namespace planc {
@@ -59,6 +61,47 @@ TEST(PreemptLedgerTest, PruneAndForget) {
   EXPECT_EQ(l.size(), 0u);
 }
 
+TEST(LedgerFilterTest, AddRebuildAndCollisions) {
+  auto f = std::make_unique<LedgerFilter>();  // 8 KiB: not on the stack
+  struct Case {
+    uint32_t id;
+    bool after_add;      // after add(7), add(65536 + 9), add(0xffffffff)
+    bool after_rebuild;  // after rebuild({9, 4000000000})
+  } cases[] = {
+      {7, true, false},
+      {8, false, false},
+      {9, true, true},              // 65536 + 9 shares job 9's bit: a false positive
+      {65536 + 9, true, true},      // and back again after the rebuild
+      {0xffffffff, true, false},
+      {4000000000, false, true},
+      {1, false, false},
+  };
+  for (const auto& c : cases) EXPECT_FALSE(f->maybe_contains(c.id)) << c.id;
+  f->add(7);
+  f->add(65536 + 9);
+  f->add(0xffffffff);
+  for (const auto& c : cases) EXPECT_EQ(f->maybe_contains(c.id), c.after_add) << c.id;
+  f->rebuild({9, 4000000000});
+  for (const auto& c : cases) EXPECT_EQ(f->maybe_contains(c.id), c.after_rebuild) << c.id;
+  f->rebuild({});
+  for (const auto& c : cases) EXPECT_FALSE(f->maybe_contains(c.id)) << c.id;
+}
+
+// Whatever ids the ledger holds, the filter never says "not there" for one
+// of them (the plugin then skips the ledger and would miss the cap).
+TEST(LedgerFilterTest, NeverMissesALedgerJob) {
+  auto f = std::make_unique<LedgerFilter>();
+  PreemptLedger l(3, kDay);
+  for (uint32_t id = 1; id < 200000; id += 997) {
+    l.record(id, kT0);
+    f->add(id);
+  }
+  for (uint32_t id : l.job_ids()) ASSERT_TRUE(f->maybe_contains(id)) << id;
+  for (uint32_t id = 1; id < 200000; id += 997 * 2) l.forget(id);
+  f->rebuild(l.job_ids());
+  for (uint32_t id : l.job_ids()) ASSERT_TRUE(f->maybe_contains(id)) << id;
+}
+
 TEST(PreemptLedgerTest, StateRoundTrip) {
   PreemptLedger l(3, kDay);
   l.record(42, kT0);
@@ -106,18 +149,56 @@ TEST(PreemptLedgerTest, CorruptOrTruncatedStateIsRejected) {
 
 TEST(VictimOrderTest, Table) {
   // Each row must be preempted before the next one.
+  // {tier, preemptions in the window, run minutes}
   const VictimFacts order[] = {
-      {TierId::kP3, 0, 0},        {TierId::kP3, 0, 600},     {TierId::kP3, 0, 86400 * 30},
-      {TierId::kP3, 1, 0},        {TierId::kP3, 2, 60},      {TierId::kP3, 255, 0},
-      {TierId::kP3, 1000, 86400 * 365 * 10},
-      {TierId::kP2, 0, 0},        {TierId::kP2, 0, 120},     {TierId::kP2, 1, 0},
-      {TierId::kP2, 2, 7200},     {TierId::kP1, 0, 0},
+      {TierId::kP3, 0, 0},        {TierId::kP3, 0, 10},      {TierId::kP3, 0, 60 * 24 * 30},
+      {TierId::kP3, 1, 0},        {TierId::kP3, 2, 1},       {TierId::kP3, 255, 0},
+      {TierId::kP3, 1000, 60 * 24 * 365 * 10},
+      {TierId::kP2, 0, 0},        {TierId::kP2, 0, 2},       {TierId::kP2, 1, 0},
+      {TierId::kP2, 2, 120},      {TierId::kP1, 0, 0},
   };
   for (size_t i = 0; i + 1 < std::size(order); ++i)
     EXPECT_LT(victim_rank(order[i]), victim_rank(order[i + 1])) << "row " << i;
   for (const VictimFacts& v : order) EXPECT_GT(victim_rank(v), kInGraceRank);
-  // Within the same minute, run time does not separate jobs.
-  EXPECT_EQ(victim_rank({TierId::kP2, 0, 60}), victim_rank({TierId::kP2, 0, 119}));
+}
+
+TEST(VictimOrderTest, RunMinutesCountOnTheClocksMinuteMarks) {
+  constexpr time_t kMinute = kT0 - kT0 % 60;  // some hh:mm:00
+  struct Case {
+    time_t started, now;
+    uint32_t minutes;
+  } cases[] = {
+      {kMinute + 5, kMinute + 59, 0},
+      {kMinute + 5, kMinute + 60, 1},   // 55 s of run, but a minute mark passed
+      {kMinute + 55, kMinute + 60, 1},  // 5 s of run: the same count as the job above
+      {kMinute, kMinute + 119, 1},
+      {kMinute, kMinute + 120, 2},
+      {kMinute + 30, kMinute + 30, 0},
+      {kMinute + 30, kMinute + 10, 0},  // clock went backwards
+      {0, kMinute, 0},                  // not started
+  };
+  for (const auto& c : cases)
+    EXPECT_EQ(run_minutes(c.started, c.now), c.minutes) << c.started << " " << c.now;
+}
+
+// Two running jobs keep their order (or their tie) for as long as they run:
+// the scheduler's passes all see one victim order.
+TEST(VictimOrderTest, OrderOfRunningJobsNeverChanges) {
+  const time_t starts[] = {kT0, kT0 + 1, kT0 + 30, kT0 + 59, kT0 + 60, kT0 + 61, kT0 + 3599};
+  auto rank_at = [](time_t started, time_t now) {
+    return victim_rank({TierId::kP3, 0, run_minutes(started, now)});
+  };
+  for (time_t a : starts)
+    for (time_t b : starts) {
+      auto cmp = [&](time_t now) {
+        uint32_t ra = rank_at(a, now), rb = rank_at(b, now);
+        return ra < rb ? -1 : ra > rb ? 1 : 0;
+      };
+      const time_t first = std::max(a, b);
+      const int at_start = cmp(first);
+      for (time_t now = first; now < first + 4 * 3600; now += 7)
+        ASSERT_EQ(cmp(now), at_start) << a << " " << b << " at " << now;
+    }
 }
 
 TEST(PreemptionNoteTest, SaysWhoWhenGraceAndWhatToDo) {
