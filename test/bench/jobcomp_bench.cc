@@ -113,23 +113,34 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < std::max(n_cb, n_ingest); i++) segs.push_back(sample(static_cast<uint32_t>(i)));
 
   // --- 1. callback: serialize + one locked append ---------------------------------
-  char path[] = "/tmp/jobcomp_bench_spool.XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) die("mkstemp failed");
-  unlink(path);
+  // Five passes over the segments into fresh spool files; the median pass's
+  // percentiles are reported (one pass takes ~0.4 s, so a burst of other
+  // work on a 2-core machine can spoil one).
   std::mutex mu;
-  std::vector<double> cb;
-  cb.reserve(n_cb);
-  for (size_t i = 0; i < n_cb; i++) {
-    auto t0 = Clock::now();
-    std::string line = planc::serialize_segment(segs[i]);
-    {
-      std::lock_guard<std::mutex> l(mu);
-      if (!planc::write_all(fd, line)) die("spool write failed");
+  std::vector<Percentiles> passes;
+  for (int pass = 0; pass < 5; pass++) {
+    char path[] = "/tmp/jobcomp_bench_spool.XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) die("mkstemp failed");
+    unlink(path);
+    std::vector<double> cb;
+    cb.reserve(n_cb);
+    for (size_t i = 0; i < n_cb; i++) {
+      auto t0 = Clock::now();
+      std::string line = planc::serialize_segment(segs[i]);
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (!planc::write_all(fd, line)) die("spool write failed");
+      }
+      cb.push_back(ns_since(t0));
     }
-    cb.push_back(ns_since(t0));
+    close(fd);
+    passes.push_back(percentiles(cb));
+    std::printf("callback pass %d: p50 %6.2f us  p99 %6.2f us  max %8.1f us\n", pass + 1,
+                passes.back().p50 / 1000, passes.back().p99 / 1000, passes.back().max / 1000);
   }
-  close(fd);
+  std::sort(passes.begin(), passes.end(),
+            [](const Percentiles& x, const Percentiles& y) { return x.p99 < y.p99; });
   // Synchronous single-row INSERT per segment, autocommit (jobcomp/mysql's way).
   PGconn* pg = connect(conninfo);
   exec(pg, "SET TIME ZONE 'UTC'");
@@ -160,8 +171,8 @@ int main(int argc, char** argv) {
     PQclear(r);
     sync.push_back(ns_since(t0));
   }
-  Percentiles a = percentiles(cb), s = percentiles(sync);
-  std::printf("callback (in-process, %zu segments): planc spool append p50 %8.2f us  p99 %8.2f us  max %9.1f us\n",
+  Percentiles a = passes[passes.size() / 2], s = percentiles(sync);
+  std::printf("callback (in-process, %zu segments, median of 5 passes by p99): planc spool append p50 %8.2f us  p99 %8.2f us  max %9.1f us\n",
               n_cb, a.p50 / 1000, a.p99 / 1000, a.max / 1000);
   std::printf("callback (in-process, %zu segments): sync INSERT      p50 %8.2f us  p99 %8.2f us  max %9.1f us\n",
               n_sync, s.p50 / 1000, s.p99 / 1000, s.max / 1000);
