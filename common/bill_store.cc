@@ -129,22 +129,20 @@ std::string error_of(pg_conn* c, const char* what) {
   return std::string(what) + ": " + m;
 }
 
-// Parses "123.456789" (numeric(…,6)) into micro units.
-int64_t micros_of(const char* s) {
-  long long whole = 0, frac = 0;
-  int digits = 0;
-  const char* p = s;
-  bool neg = *p == '-';
-  if (neg) p++;
-  for (; *p && *p != '.'; p++) whole = whole * 10 + (*p - '0');
-  if (*p == '.')
-    for (p++; *p && digits < 6; p++, digits++) frac = frac * 10 + (*p - '0');
-  for (; digits < 6; digits++) frac *= 10;
-  int64_t v = whole * 1000000 + frac;
-  return neg ? -v : v;
-}
-
 }  // namespace
+
+std::string pg_text_array(const std::vector<std::string>& v) {
+  std::string arr = "{";
+  for (size_t i = 0; i < v.size(); i++) {
+    arr += i ? ",\"" : "\"";
+    for (char c : v[i]) {
+      if (c == '"' || c == '\\') arr += '\\';
+      arr += c;
+    }
+    arr += '"';
+  }
+  return arr + "}";
+}
 
 std::string pg_timestamp(int64_t t) {
   time_t tt = static_cast<time_t>(t);
@@ -170,9 +168,13 @@ void BillStore::disconnect() {
 Result<bool> BillStore::connect() {
   if (connected()) return true;
   disconnect();
-  // dbname is expanded as a whole connection string; a later user= wins.
-  const char* keys[] = {"dbname", as_user_.empty() ? nullptr : "user", nullptr};
-  const char* values[] = {conninfo_.c_str(), as_user_.c_str(), nullptr};
+  // Defaults first: dbname is expanded as a whole connection string and
+  // what it sets wins over them; a later user= wins over it.  Nothing may
+  // hang for ever (the writer must stop when slurmctld does).
+  const char* keys[] = {"connect_timeout", "keepalives_idle", "options", "dbname",
+                        as_user_.empty() ? nullptr : "user", nullptr};
+  const char* values[] = {"10", "30", "-c statement_timeout=120000", conninfo_.c_str(),
+                          as_user_.c_str(), nullptr};
   conn_ = PQconnectdbParams(keys, values, 1);
   if (PQstatus(conn_) != CONNECTION_OK) {
     std::string e = error_of(conn_, "cannot connect to PostgreSQL");
@@ -186,6 +188,8 @@ Result<bool> BillStore::connect() {
 Result<bool> BillStore::exec(const char* sql) {
   PGresult* r = PQexec(conn_, sql);
   bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+  const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+  last_sqlstate_ = state ? state : "";
   std::string e = ok ? "" : error_of(conn_, "PostgreSQL");
   PQclear(r);
   if (!ok) return Result<bool>::failure(e);
@@ -193,6 +197,7 @@ Result<bool> BillStore::exec(const char* sql) {
 }
 
 Result<bool> BillStore::copy_in(const std::string& sql, const std::string& data) {
+  last_sqlstate_.clear();
   PGresult* r = PQexec(conn_, sql.c_str());
   bool ok = PQresultStatus(r) == PGRES_COPY_IN;
   PQclear(r);
@@ -346,18 +351,7 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
   std::vector<std::string> params;
   auto any = [&](const char* column, const char* type, const std::vector<std::string>& v) {
     if (v.empty()) return;
-    std::string arr = "{";
-    for (size_t i = 0; i < v.size(); i++) {
-      if (i) arr += ',';
-      arr += '"';
-      for (char c : v[i]) {
-        if (c == '"' || c == '\\') arr += '\\';
-        arr += c;
-      }
-      arr += '"';
-    }
-    arr += '}';
-    params.push_back(arr);
+    params.push_back(pg_text_array(v));
     sql += std::string(" AND ") + column + " = ANY($" + std::to_string(params.size()) + "::" +
            type + "[])";
   };
@@ -414,7 +408,7 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
     s.cpus = u(23);
     s.mem_mib = static_cast<uint64_t>(l(24));
     b.billable_seconds = l(25);
-    b.card_micro_seconds = micros_of(row[26].c_str());
+    b.card_micro_seconds = parse_decimal_micros(row[26]).value_or(0);
     b.core_seconds = l(27);
     b.amount_minor = l(28);
     b.zero_reason = row[29];

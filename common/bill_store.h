@@ -56,6 +56,11 @@ class BillStore {
   // Returns how many bills were new.  `source` is "jobcomp" or "reconcile".
   Result<size_t> write(const std::vector<Bill>& bills, const std::string& source);
 
+  // SQLSTATE of the last failed statement ("" if none or no server answer).
+  // Class 22 (data) or 23 (constraint) means the batch itself is bad:
+  // retrying it will not help.
+  const std::string& last_sqlstate() const { return last_sqlstate_; }
+
   // Bills matching the filter (and what row-level security lets this
   // connection's user see), oldest end first.
   Result<std::vector<Bill>> query(const BillFilter& f);
@@ -80,6 +85,10 @@ class BillStore {
 // for benchmarks that compare with a raw COPY.
 std::string bill_copy_row(const Bill& b, const std::string& source);
 extern const char* const kBillColumns;
+
+// A PostgreSQL text[] literal of `v`, every element quoted and escaped, for
+// a parameter such as `= ANY($1::text[])`.
+std::string pg_text_array(const std::vector<std::string>& v);
 
 // "2026-11-30 01:02:03+00" for COPY and parameters.
 std::string pg_timestamp(int64_t unix_time);

@@ -152,6 +152,53 @@ std::vector<HourSlice> split_by_hour(const Bill& bill) {
   return out;
 }
 
+namespace {
+
+// Length of the valid UTF-8 sequence at s[i], or 0.
+size_t utf8_len(std::string_view s, size_t i) {
+  auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  unsigned char c = b(i);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  if (!n || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; k++)
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+  uint32_t cp = n == 1 ? c : c & (0xff >> (n + 1));
+  for (size_t k = 1; k < n; k++) cp = (cp << 6) | (b(i + k) & 0x3f);
+  static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return n;
+}
+
+void valid_utf8(std::string* s) {
+  std::string out;
+  bool changed = false;
+  for (size_t i = 0; i < s->size();) {
+    size_t n = utf8_len(*s, i);
+    if (n) {
+      out.append(*s, i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      i++;
+      changed = true;
+    }
+  }
+  if (changed) *s = std::move(out);
+}
+
+}  // namespace
+
+void make_text_valid_utf8(Segment* seg) {
+  for (std::string* f : {&seg->cluster, &seg->user, &seg->account, &seg->qos, &seg->partition,
+                         &seg->nodes, &seg->state, &seg->job_name, &seg->tres_req,
+                         &seg->tres_alloc, &seg->admin_comment})
+    valid_utf8(f);
+  for (GresUse& g : seg->gres) {
+    valid_utf8(&g.name);
+    valid_utf8(&g.type);
+  }
+}
+
 std::string format_minor(int64_t minor) {
   char buf[40];
   uint64_t m = minor < 0 ? static_cast<uint64_t>(-(minor + 1)) + 1 : static_cast<uint64_t>(minor);

@@ -40,6 +40,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "common/bill_store.h"
 #include "common/billing.h"
@@ -69,12 +70,28 @@ uint64_t g_seq = 0;              // GUARDED_BY(g_spool_mu): number of g_fd's fil
 uint64_t g_bytes = 0;            // GUARDED_BY(g_spool_mu): bytes in g_fd's file
 std::deque<std::string> g_unwritten;  // GUARDED_BY(g_spool_mu): write(2) failed
 
+// Start of the current size of each resized running job: Slurm moves
+// resize_time to the moment of a resize before it logs the size that ended.
+// Only touched in log_record (slurmctld's job write lock).
+std::unordered_map<uint32_t, time_t> g_size_start;
+
 // The worker.
 std::mutex g_mu;
 std::condition_variable g_cv;
 std::string g_conninfo;          // GUARDED_BY(g_mu)
 bool g_stop = false;             // GUARDED_BY(g_mu)
 std::thread g_worker;
+
+// Appends one record; on failure cuts the file back to where it was, so a
+// partial record cannot glue itself to the next one.
+bool append_record(int fd, const std::string& line) {
+  off_t at = lseek(fd, 0, SEEK_END);
+  if (planc::write_all(fd, line)) return true;
+  int saved = errno;
+  if (at >= 0 && ftruncate(fd, at) != 0) { /* the CRC still rejects the fragment */ }
+  errno = saved;
+  return false;
+}
 
 std::string spool_path(uint64_t seq) {
   char name[32];
@@ -141,7 +158,7 @@ uint64_t rotate() {
   // Records whose write failed earlier (disk full) go to the closed file.
   size_t lost = 0;
   for (const std::string& line : retry) {
-    if (planc::write_all(old, line)) continue;
+    if (append_record(old, line)) continue;
     std::lock_guard<std::mutex> l(g_spool_mu);
     g_unwritten.push_back(line);
     lost++;
@@ -164,9 +181,13 @@ std::string user_name(uint32_t uid) {
 
 // Reads one closed spool file.  A line that fails its checksum is logged
 // and skipped (planc-bill reconcile finds such segments in slurmdbd).
-std::vector<Bill> read_spool(uint64_t seq, const planc::PlancConfig& cfg) {
+std::vector<Bill> read_spool(uint64_t seq, const planc::PlancConfig& cfg,
+                             std::vector<std::string>* lines) {
   std::vector<Bill> bills;
   std::ifstream in(spool_path(seq), std::ios::binary);
+  // A file that cannot be read stays for the next try; never delete it.
+  if (!in.is_open())
+    throw std::runtime_error("cannot open " + spool_path(seq) + ": " + std::strerror(errno));
   std::string line;
   size_t n = 0;
   while (std::getline(in, line)) {
@@ -179,29 +200,75 @@ std::vector<Bill> read_spool(uint64_t seq, const planc::PlancConfig& cfg) {
     }
     Segment s = std::move(r).value();
     if (s.user.empty()) s.user = user_name(s.uid);
+    planc::make_text_valid_utf8(&s);
     bills.push_back(planc::price_segment(cfg, s));
+    lines->push_back(line);
   }
+  if (in.bad()) throw std::runtime_error("cannot read " + spool_path(seq) + ": " + std::strerror(errno));
   return bills;
+}
+
+// A batch PostgreSQL refuses as data (SQLSTATE class 22 or 23) would be
+// refused for ever: store its bills one by one and set the refused ones
+// aside in <spool>.rejected, each with an error line, so the rest of the
+// cluster's bills keep flowing.  Throws on anything else (retry later).
+size_t store_one_by_one(planc::BillStore& store, uint64_t seq, const std::vector<Bill>& bills,
+                        const std::vector<std::string>& lines) {
+  size_t fresh = 0;
+  for (size_t i = 0; i < bills.size(); i++) {
+    auto r = store.write({bills[i]}, "jobcomp");
+    if (r.ok()) {
+      fresh += r.value();
+      continue;
+    }
+    const std::string& st = store.last_sqlstate();
+    if (st.rfind("22", 0) != 0 && st.rfind("23", 0) != 0) throw std::runtime_error(r.error());
+    std::string rejected = spool_path(seq) + ".rejected";
+    int fd = open(rejected.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    bool kept = fd >= 0 && planc::write_all(fd, lines[i] + "\n") && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    if (!kept) throw std::runtime_error("cannot set a refused bill aside in " + rejected);
+    error("%s: PostgreSQL refused the bill of JobId=%u start %s (%s); record kept in %s, "
+          "fix and replay it with planc-bill reconcile --fill",
+          plugin_type, bills[i].seg.job_id, planc::pg_timestamp(bills[i].seg.start_time).c_str(),
+          r.error().c_str(), rejected.c_str());
+  }
+  return fresh;
 }
 
 // Writes one spool file's bills and removes the file; throws when
 // PostgreSQL fails (the file stays for the next try).
 void store_spool(planc::BillStore& store, uint64_t seq, const planc::PlancConfig& cfg) {
-  std::vector<Bill> bills = read_spool(seq, cfg);
+  std::vector<std::string> lines;
+  std::vector<Bill> bills = read_spool(seq, cfg, &lines);
   size_t fresh = 0;
   for (size_t i = 0; i < bills.size(); i += kBatch) {
-    std::vector<Bill> batch(bills.begin() + i, bills.begin() + std::min(bills.size(), i + kBatch));
+    size_t end = std::min(bills.size(), i + kBatch);
+    std::vector<Bill> batch(bills.begin() + i, bills.begin() + end);
     auto r = store.write(batch, "jobcomp");
-    if (!r.ok()) {
-      store.disconnect();
-      throw std::runtime_error(r.error());
+    if (r.ok()) {
+      fresh += r.value();
+      continue;
     }
-    fresh += r.value();
+    const std::string& st = store.last_sqlstate();
+    if (st.rfind("22", 0) == 0 || st.rfind("23", 0) == 0) {
+      fresh += store_one_by_one(store, seq, batch,
+                                std::vector<std::string>(lines.begin() + i, lines.begin() + end));
+      continue;
+    }
+    store.disconnect();
+    throw std::runtime_error(r.error());
   }
   if (unlink(spool_path(seq).c_str()) != 0 && errno != ENOENT)
     error("%s: cannot remove %s: %m", plugin_type, spool_path(seq).c_str());
   debug("%s: stored %zu bill(s) from %s, %zu new", plugin_type, bills.size(),
         spool_path(seq).c_str(), fresh);
+}
+
+// fini() must not wait for a long backlog: the spool keeps what is left.
+bool stopping() {
+  std::lock_guard<std::mutex> l(g_mu);
+  return g_stop;
 }
 
 void worker(std::vector<uint64_t> pending) {
@@ -229,7 +296,7 @@ void worker(std::vector<uint64_t> pending) {
         store_conninfo = conninfo;
       }
       try {
-        while (!pending.empty()) {
+        while (!pending.empty() && !stopping()) {
           store_spool(*store, pending.front(), *g_config);
           pending.erase(pending.begin());
         }
@@ -333,7 +400,7 @@ PLANC_EXPORT int fini(void) {
     std::lock_guard<std::mutex> l(g_spool_mu);
     if (g_fd >= 0) {
       for (const std::string& line : g_unwritten)
-        if (!planc::write_all(g_fd, line)) error("%s: a segment could not be spooled at shutdown: %m", plugin_type);
+        if (!append_record(g_fd, line)) error("%s: a segment could not be spooled at shutdown: %m", plugin_type);
       fsync(g_fd);
       close(g_fd);
       g_fd = -1;
@@ -354,15 +421,24 @@ PLANC_EXPORT int jobcomp_p_set_location(char* location) {
 PLANC_EXPORT int jobcomp_p_log_record(job_record_t* job) {
   try {
     if (!g_in_ctld || !job) return SLURM_SUCCESS;
-    std::string line = planc::serialize_segment(planc::slurm::segment_of(job));
+    Segment seg = planc::slurm::segment_of(job);
+    auto size = g_size_start.find(job->job_id);
+    if (IS_JOB_RESIZING(job)) {
+      seg.start_time = size != g_size_start.end() ? size->second : job->start_time;
+      g_size_start[job->job_id] = job->resize_time;
+    } else if (size != g_size_start.end()) {
+      g_size_start.erase(size);
+    }
+    std::string line = planc::serialize_segment(seg);
     std::lock_guard<std::mutex> l(g_spool_mu);
-    if (g_fd >= 0 && g_unwritten.empty() && planc::write_all(g_fd, line)) {
+    if (g_fd >= 0 && g_unwritten.empty() && append_record(g_fd, line)) {
       g_bytes += line.size();
       return SLURM_SUCCESS;
     }
-    // Disk full or the like: keep it; the worker retries.
+    // Disk full or the like: keep it; the worker retries (and logs).
+    if (g_unwritten.empty())
+      error("%s: cannot append %pJ to the spool (%m); kept in memory until it can", plugin_type, job);
     g_unwritten.push_back(std::move(line));
-    error("%s: cannot append %pJ to the spool (%m); kept in memory", plugin_type, job);
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
     error("%s: %pJ not recorded: %s", plugin_type, job, e.what());

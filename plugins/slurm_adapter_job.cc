@@ -4,6 +4,7 @@
 #include "plugins/slurm_compat.h"
 #include "plugins/slurm_adapter.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "common/job_marks.h"
@@ -36,8 +37,11 @@ Segment segment_of(const job_record_t* job) {
   s.het_job_offset = job->het_job_id ? job->het_job_offset : kNoId;
   s.segment = job->restart_cnt;
   s.submit_time = job->details ? job->details->submit_time : 0;
-  // A resized job bills each size from the time it took that size.
-  s.start_time = job->resize_time ? job->resize_time : job->start_time;
+  // A resized job bills each size from the time it took that size; a
+  // requeue does not clear resize_time, hence the max.  (For the record of
+  // a resize itself Slurm has already moved resize_time to now: jobcomp
+  // supplies that record's start.)
+  s.start_time = std::max(job->start_time, job->resize_time);
   s.end_time = IS_JOB_RESIZING(job) ? time(nullptr) : job->end_time;
   // A job that never started (cancelled or failed while pending) may carry
   // no start or a future expected one: its record sits at its end.

@@ -107,7 +107,7 @@ ALTER TABLE planc.bill ENABLE ROW LEVEL SECURITY;
 ALTER TABLE planc.usage_hourly ENABLE ROW LEVEL SECURITY;
 
 CREATE FUNCTION planc.may_read(p_user text, p_account text) RETURNS boolean
-  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, planc AS $$
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, planc, pg_temp AS $$
     SELECT p_user = session_user
         OR pg_has_role(session_user, 'planc_admin', 'MEMBER')
         OR EXISTS (SELECT 1 FROM planc.account_coordinator c
@@ -134,12 +134,12 @@ GRANT SELECT ON planc.account_coordinator TO planc_admin;
 -- Login roles for Slurm users, made by `planc-bill sync-roles` (run by an
 -- admin; identifiers are quoted with format('%I'), values are parameters).
 CREATE FUNCTION planc.ensure_member(p_role text, p_group text) RETURNS void
-  LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+  LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF p_group NOT IN ('planc_reader', 'planc_admin', 'planc_writer') THEN
     RAISE EXCEPTION 'unknown Plan C group %', p_group;
   END IF;
-  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = p_role) THEN
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = p_role) THEN
     EXECUTE format('CREATE ROLE %I LOGIN', p_role);
   END IF;
   EXECUTE format('GRANT %I TO %I', p_group, p_role);
@@ -154,7 +154,7 @@ REVOKE ALL ON FUNCTION planc.ensure_member(text, text) FROM PUBLIC;
 
 -- Replaces the coordinator list with pairs (accounts[i], users[i]).
 CREATE FUNCTION planc.set_coordinators(p_accounts text[], p_users text[]) RETURNS void
-  LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, planc AS $$
+  LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, planc, pg_temp AS $$
   DELETE FROM planc.account_coordinator;
   INSERT INTO planc.account_coordinator (account, user_name)
     SELECT DISTINCT a, u FROM unnest(p_accounts, p_users) AS t(a, u);

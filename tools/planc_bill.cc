@@ -35,7 +35,8 @@ const char* kUsage =
     "            (comma-separated; default account,user,tier)\n"
     "  reconcile -S START -E END [--fill] [--planc-conf FILE]\n"
     "            compares slurmdbd's run segments (sacct --duplicates) with the bills;\n"
-    "            --fill writes a bill for each missing one (admin)\n"
+    "            --fill writes a bill for each missing one (as the writer role,\n"
+    "            e.g. --db 'dbname=planc user=slurm' run by SlurmUser)\n"
     "  sync-roles [--writer ROLE]\n"
     "            creates a PostgreSQL login role for every Slurm user (planc_reader),\n"
     "            admins (planc_admin), the writer (slurmctld's user, planc_writer) and\n"
@@ -277,16 +278,7 @@ int cmd_report(planc::BillStore& store, const Options& o) {
   std::vector<std::string> params;
   auto any = [&](const char* column, const std::vector<std::string>& v) {
     if (v.empty()) return;
-    std::string arr = "{";
-    for (size_t i = 0; i < v.size(); i++) {
-      arr += (i ? ",\"" : "\"");
-      for (char ch : v[i]) {
-        if (ch == '"' || ch == '\\') arr += '\\';
-        arr += ch;
-      }
-      arr += '"';
-    }
-    params.push_back(arr + "}");
+    params.push_back(planc::pg_text_array(v));
     sql += std::string(" AND ") + column + " = ANY($" + std::to_string(params.size()) + "::text[])";
   };
   any("user_name", o.users);
@@ -400,17 +392,8 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
   };
   std::string out = run({"sacct", "--duplicates", "-X", "-a", "-n", "-P", "--delimiter", std::string(1, sep),
                          "-S", local(o.start), "-E", local(o.end), "-o", fmt});
-  // Existing bills in the range, by key.
-  planc::BillFilter f;
-  f.start = o.start;
-  f.end = o.end;
-  auto have = store.query(f);
-  if (!have.ok()) die(have.error());
-  std::set<std::tuple<std::string, uint32_t, int64_t>> keys;
-  for (const auto& b : have.value()) keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time);
-
   std::map<uint32_t, uint32_t> seg_no;
-  std::vector<planc::Bill> missing;
+  std::vector<planc::Bill> runs;
   size_t segments = 0;
   std::istringstream in(out);
   std::string line;
@@ -432,7 +415,6 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
     s.start_time = start;
     s.end_time = end;
     segments++;
-    if (keys.count({s.cluster, s.job_id, s.start_time})) continue;
     if (size_t u = v[2].find('_'); u != std::string::npos && v[2].find('[') == std::string::npos) {
       s.array_job_id = static_cast<uint32_t>(num(v[2].substr(0, u)));
       s.array_task_id = static_cast<uint32_t>(num(v[2].substr(u + 1)));
@@ -481,8 +463,21 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
     }
     planc::Bill b = planc::price_segment(cfg.value(), s);
     b.note += "filled by planc-bill reconcile from slurmdbd; ";
-    missing.push_back(std::move(b));
+    runs.push_back(std::move(b));
   }
+  // The bills of those jobs, by job id rather than by time: sacct selects
+  // jobs eligible in the window, which may have started after it.
+  planc::BillFilter f;
+  for (const auto& [id, n] : seg_no) f.job_ids.push_back(id);
+  std::set<std::tuple<std::string, uint32_t, int64_t>> keys;
+  if (!f.job_ids.empty()) {
+    auto have = store.query(f);
+    if (!have.ok()) die(have.error());
+    for (const auto& b : have.value()) keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time);
+  }
+  std::vector<planc::Bill> missing;
+  for (planc::Bill& b : runs)
+    if (!keys.count({b.seg.cluster, b.seg.job_id, b.seg.start_time})) missing.push_back(std::move(b));
   std::cout << "reconcile " << planc::pg_timestamp(o.start) << " .. " << planc::pg_timestamp(o.end)
             << ": " << segments << " run segment(s) in slurmdbd, " << missing.size()
             << " without a bill\n";
@@ -516,19 +511,18 @@ int cmd_sync_roles(planc::BillStore& store, const Options& o) {
   }
   if (!o.writer.empty()) member(o.writer, "planc_writer");
   std::string coords = run({"sacctmgr", "-n", "-P", "list", "user", "withcoord", "format=User,Coordinators"});
-  std::string accts = "{", names = "{";
-  size_t pairs = 0;
+  std::vector<std::string> accts, names;
   for (const std::string& line : split(coords, '\n')) {
     std::vector<std::string> v = split(line, '|');
     if (v.size() < 2 || v[1].empty()) continue;
     for (const std::string& a : split(v[1], ',')) {
-      accts += (pairs ? ",\"" : "\"") + a + "\"";
-      names += (pairs ? ",\"" : "\"") + v[0] + "\"";
-      pairs++;
+      accts.push_back(a);
+      names.push_back(v[0]);
     }
   }
+  size_t pairs = accts.size();
   auto r = store.rows("SELECT planc.set_coordinators($1::text[], $2::text[])::text",
-                      {accts + "}", names + "}"});
+                      {planc::pg_text_array(accts), planc::pg_text_array(names)});
   if (!r.ok()) die(r.error());
   std::cout << "sync-roles: " << n << " user role(s), " << pairs << " coordinator pair(s)"
             << (o.writer.empty() ? "" : ", writer " + o.writer) << "\n";

@@ -2,11 +2,13 @@
 //
 //  1. The callback: what jobcomp_p_log_record does under slurmctld's job
 //     write lock after reading the job (serialize_segment + one locked
-//     write(2) to the spool file), per segment, p50/p99 over --segments;
+//     write(2) to the spool file), per segment, p50/p99 over --segments.
+//     Not included: segment_of(), the copy of ~30 fields out of the
+//     job_record_t, which needs a live slurmctld;
 //     against a synchronous single-row INSERT per segment (what
 //     jobcomp/mysql does under that lock), over --sync-segments.
 //  2. Ingest: the worker's path (read spool lines, parse, price, write with
-//     BillStore: COPY into staging, INSERT .. ON CONFLICT, hourly upsert),
+//     BillStore: one COPY into planc.bill plus the hourly upsert),
 //     in segments per second, against a raw COPY of the same rendered rows
 //     into the same table (planc.bill, emptied before each run).  Rounds
 //     alternate raw, planc, planc, raw, ...

@@ -234,3 +234,29 @@ TEST(BillingTest, ConfigKeysForFractions) {
 
 }  // namespace
 }  // namespace planc
+
+namespace planc {
+namespace {
+
+TEST(BillingTest, InvalidUtf8IsReplacedNotRejected) {
+  struct Case {
+    std::string in, out;
+  };
+  const Case cases[] = {
+      {"plain", "plain"},
+      {"\xe5\x90\x8d\xe5\xad\x97 \xe2\x9c\x93", "\xe5\x90\x8d\xe5\xad\x97 \xe2\x9c\x93"},  // valid CJK, check mark
+      {"a\xff" "b", "a\xef\xbf\xbd" "b"},
+      {"\xe5\x90", "\xef\xbf\xbd\xef\xbf\xbd"},     // truncated sequence
+      {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},     // overlong '/'
+      {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},  // surrogate
+  };
+  for (const Case& c : cases) {
+    Segment s;
+    s.job_name = c.in;
+    make_text_valid_utf8(&s);
+    EXPECT_EQ(s.job_name, c.out) << c.in;
+  }
+}
+
+}  // namespace
+}  // namespace planc
