@@ -320,3 +320,16 @@ def test_sacct_c_filters(c):
     before = {r[0] for r in sacct_c(c, "root", "-a", "-S", fmt(time.time() - 7200),
                                     "-E", fmt(time.time() - 3600))}
     assert not before & {ok, bad, other}
+
+
+def test_job_name_that_is_not_utf8_is_billed_and_billing_goes_on(c):
+    # Slurm takes any bytes in a name; PostgreSQL (UTF8) refuses invalid
+    # ones.  The bill is stored with U+FFFD in their place, and the next
+    # job's bill arrives as usual.
+    bad, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "-J", "bad\udcffname", "--wrap", "true",
+                      user="pcbob")
+    assert bad, p.stderr
+    (b,) = wait_bills(c, bad, 1)
+    assert b["job_name"] == "bad\ufffdname"
+    after, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "true", user="pcbob")
+    wait_bills(c, after, 1)
