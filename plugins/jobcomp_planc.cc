@@ -80,7 +80,10 @@ std::mutex g_mu;
 std::condition_variable g_cv;
 std::string g_conninfo;          // GUARDED_BY(g_mu)
 bool g_stop = false;             // GUARDED_BY(g_mu)
-std::thread g_worker;
+// A pointer, never destroyed at exit: slurmctld may exit without calling
+// fini() (22.05 does so for preempt plugins), and a joinable std::thread
+// destroyed by exit() calls std::terminate (abort, core dump).
+std::thread* g_worker = nullptr;
 
 // Appends one record; on failure cuts the file back to where it was, so a
 // partial record cannot glue itself to the next one.
@@ -378,7 +381,7 @@ PLANC_EXPORT int init(void) {
       info("%s: %zu spool file(s) from before the restart will be (re)stored", plugin_type,
            pending.size());
     g_stop = false;
-    g_worker = std::thread(worker, std::move(pending));
+    g_worker = new std::thread(worker, std::move(pending));
     verbose("%s loaded, spool %s", plugin_type, g_dir.c_str());
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
@@ -389,13 +392,15 @@ PLANC_EXPORT int init(void) {
 
 PLANC_EXPORT int fini(void) {
   try {
-    if (g_worker.joinable()) {
+    if (g_worker && g_worker->joinable()) {
       {
         std::lock_guard<std::mutex> l(g_mu);
         g_stop = true;
       }
       g_cv.notify_one();
-      g_worker.join();
+      g_worker->join();
+      delete g_worker;
+      g_worker = nullptr;
     }
     std::lock_guard<std::mutex> l(g_spool_mu);
     if (g_fd >= 0) {

@@ -71,7 +71,10 @@ struct GraceEnd {
 };
 std::multiset<GraceEnd> g_grace_ends;  // GUARDED_BY(g_mu)
 std::condition_variable g_cv;
-std::thread g_worker;
+// A pointer, never destroyed at exit: slurmctld may exit without calling
+// fini() (22.05 does so for preempt plugins), and a joinable std::thread
+// destroyed by exit() calls std::terminate (abort, core dump).
+std::thread* g_worker = nullptr;
 
 // The preemptor of the latest preemptable() call.  Slurm asks preemptable()
 // for every candidate of one preemptor and then preempts the chosen ones,
@@ -311,7 +314,7 @@ PLANC_EXPORT int init(void) {
     g_ledger = load_state(*g_config);
     g_in_ledger.rebuild(g_ledger->job_ids());
     g_stop = false;
-    g_worker = std::thread(worker);
+    g_worker = new std::thread(worker);
     verbose("%s loaded", plugin_type);
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
@@ -330,7 +333,9 @@ PLANC_EXPORT void fini(void) {
       g_stop = true;
     }
     g_cv.notify_one();
-    if (g_worker.joinable()) g_worker.join();
+    if (g_worker && g_worker->joinable()) g_worker->join();
+    delete g_worker;
+    g_worker = nullptr;
     if (g_ledger) write_state(g_ledger->serialize());
   } catch (const std::exception& e) {
     error("%s: fini: %s", plugin_type, e.what());

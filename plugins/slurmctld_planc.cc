@@ -58,7 +58,10 @@ std::string g_state_path;
 std::mutex g_mu;
 std::condition_variable g_cv;
 bool g_stop = false;  // GUARDED_BY(g_mu)
-std::thread g_worker;
+// A pointer, never destroyed at exit: slurmctld may exit without calling
+// fini() (22.05 does so for preempt plugins), and a joinable std::thread
+// destroyed by exit() calls std::terminate (abort, core dump).
+std::thread* g_worker = nullptr;
 
 // Only the worker touches the ledger; job_submit reads snapshots.
 std::unique_ptr<planc::SpotLedger> g_ledger;
@@ -292,7 +295,7 @@ PLANC_EXPORT int init(void) {
     g_ledger = load_spot_state(*g_config);
     publish_usage();
     g_stop = false;
-    g_worker = std::thread(worker);
+    g_worker = new std::thread(worker);
     g_running = true;
     verbose("%s loaded: starvation threshold %u s, checked every %u s, at most %u a time; "
             "spot caps P2 %s, P3 %s, day starts %s",
@@ -316,7 +319,9 @@ PLANC_EXPORT int fini(void) {
       g_stop = true;
     }
     g_cv.notify_one();
-    if (g_worker.joinable()) g_worker.join();
+    if (g_worker && g_worker->joinable()) g_worker->join();
+    delete g_worker;
+    g_worker = nullptr;
     if (g_ledger) {
       if (auto err = planc::write_file_atomically(g_state_path, g_ledger->serialize()))
         error("%s: %s", plugin_type, err->c_str());
