@@ -7,6 +7,7 @@ Timings are printed, not asserted (shared machines are noisy); the grace
 period's lower bound is asserted because it is a promise to the user.
 """
 import os
+import signal
 import time
 
 import pytest
@@ -204,3 +205,57 @@ def test_preemption_cap_survives_restart(small_cluster):
     log = open(os.path.join(c.dir, "log", "slurmctld.log")).read()
     assert "preempt/planc: 1 job(s) with preemptions counted" in log
     c.cancel_all()
+
+
+def test_robbed_preemptor_preempts_again_at_once(c):
+    """A preemptor whose freed resources go to another job ("robbed") may
+    preempt again as soon as its victim is gone.  Slurm alone makes it wait
+    KillWait + MessageTimeout (12 s here) from its first preemption, and
+    meanwhile, at the head of its partition, it stops the main scheduler
+    from starting anyone behind it (bench-preempt's waves).
+
+    gpu1 and gpu2 each run a 4-GPU P3 job beside a 4-GPU P1 job; gpu3 and
+    gpu4 run P2 jobs, which a P2 preemptor cannot touch.  The P2 job A
+    preempts one P3 job; while that victim's node is held completing
+    (its slurmd stopped for 2 s), a P0 job B pinned to that node arrives,
+    cannot preempt (P1 is never preempted), and takes the freed GPUs first
+    (P0 ranks before P2).  A must then preempt the other P3 job at once."""
+    v1 = submit(c, "pcbob", "acct-spot", "p3", 4, "-w", "gpu1")
+    submit(c, "pccarol", "acct-api", "p1", 4, "-w", "gpu1")
+    v2 = submit(c, "pcbob", "acct-spot", "p3", 4, "-w", "gpu2")
+    submit(c, "pccarol", "acct-api", "p1", 4, "-w", "gpu2")
+    others = [submit(c, "pcbob", "acct-spot", "p2", 8, "-w", n) for n in ("gpu3", "gpu4")]
+    c.wait_for("the cluster to be full",
+               lambda: c.run("squeue", "-h", "-t", "R", "-o", "%i").stdout.split().__len__() == 6,
+               timeout=60)
+    pids = {n: int(open(os.path.join(c.dir, "run", f"slurmd-{n}.pid")).read())
+            for n in ("gpu1", "gpu2")}
+    node_of = {v1: "gpu1", v2: "gpu2"}
+    stopped = []
+    try:
+        for pid in pids.values():
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        a = submit(c, "pcbob", "acct-spot", "p2", 4)
+        first_victim = c.wait_for("A's first preemption",
+                                  lambda: next((v for v in (v1, v2) if c.state(v) != "RUNNING"),
+                                               None), timeout=30)
+        t_first = time.time()
+        second_victim = v2 if first_victim == v1 else v1
+        b = submit(c, "pcalice", "acct-lease", "p0", 4, "-w", node_of[first_victim])
+        time.sleep(2)
+        assert c.state(b) == "PENDING" and c.state(a) == "PENDING"
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    c.wait_for("B to take the freed GPUs", lambda: running(c, b), timeout=30)
+    c.wait_for("A's second preemption", lambda: c.state(second_victim) != "RUNNING", timeout=60)
+    t_second = time.time() - t_first
+    c.wait_for("A to run", lambda: running(c, a), timeout=60)
+    print(f"\nrobbed preemptor: second preemption {t_second:.1f} s after the first "
+          f"(Slurm alone: not before KillWait + MessageTimeout = 12 s)")
+    assert c.squeue_field(b, "%N") == node_of[first_victim]
+    assert c.squeue_field(a, "%N") == node_of[second_victim]
+    # Without the plugin's release A could not preempt again before 12 s.
+    assert t_second < 10, t_second
+    assert all(running(c, j) for j in others)
