@@ -46,6 +46,7 @@
 #include "common/billing.h"
 #include "common/file_util.h"
 #include "plugins/slurm_adapter.h"
+#include "plugins/worker_thread.h"
 
 PLANC_EXPORT const char plugin_name[] = "Plan C billing to PostgreSQL";
 PLANC_EXPORT const char plugin_type[] = "jobcomp/planc";
@@ -80,10 +81,7 @@ std::mutex g_mu;
 std::condition_variable g_cv;
 std::string g_conninfo;          // GUARDED_BY(g_mu)
 bool g_stop = false;             // GUARDED_BY(g_mu)
-// A pointer, never destroyed at exit: slurmctld may exit without calling
-// fini() (22.05 does so for preempt plugins), and a joinable std::thread
-// destroyed by exit() calls std::terminate (abort, core dump).
-std::thread* g_worker = nullptr;
+std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
 // Appends one record; on failure cuts the file back to where it was, so a
 // partial record cannot glue itself to the next one.
@@ -392,16 +390,7 @@ PLANC_EXPORT int init(void) {
 
 PLANC_EXPORT int fini(void) {
   try {
-    if (g_worker && g_worker->joinable()) {
-      {
-        std::lock_guard<std::mutex> l(g_mu);
-        g_stop = true;
-      }
-      g_cv.notify_one();
-      g_worker->join();
-      delete g_worker;
-      g_worker = nullptr;
-    }
+    planc::stop_worker(g_mu, g_stop, g_cv, g_worker);
     std::lock_guard<std::mutex> l(g_spool_mu);
     if (g_fd >= 0) {
       for (const std::string& line : g_unwritten)

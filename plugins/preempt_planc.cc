@@ -20,9 +20,9 @@
 // job preempt again at once (see g_in_flight).
 #include "plugins/slurm_compat.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -39,7 +39,9 @@
 
 #include "common/job_marks.h"
 #include "common/preempt_policy.h"
+#include "common/state_file.h"
 #include "plugins/slurm_adapter.h"
+#include "plugins/worker_thread.h"
 
 PLANC_EXPORT const char plugin_name[] = "Plan C tiered preemption";
 PLANC_EXPORT const char plugin_type[] = "preempt/planc";
@@ -65,6 +67,19 @@ bool g_dirty = false;                     // GUARDED_BY(g_mu)
 // write lock (on bench-preempt this alone made main cycles 1.5-2.6x longer
 // in wall time than preempt/qos's at the same CPU time per cycle).
 bool g_wake = false;                      // GUARDED_BY(g_mu)
+// True while the worker sleeps its long (idle) sleep: the first preemption
+// after a quiet spell wakes it, the rest of a burst waits for its tick.
+bool g_worker_idle = false;               // GUARDED_BY(g_mu)
+// Victims without grace that get a SIGKILL if Slurm's SIGTERM has not ended
+// them by `due`; see grace_and_count.
+struct PendingKill {
+  planc::slurm::JobSignal signal;
+  std::chrono::steady_clock::time_point due;
+};
+std::vector<PendingKill> g_kills;  // GUARDED_BY(g_mu)
+// How long a victim without grace may take to die of Slurm's SIGTERM
+// before the worker SIGKILLs it (Slurm alone: at least 5 s).
+constexpr auto kNoGraceKillAfter = std::chrono::milliseconds(500);
 // The jobs g_ledger may hold, readable without g_mu: the preemptable check
 // and the victim rank take the lock only for those.  Written under g_mu.
 planc::LedgerFilter g_in_ledger;
@@ -98,10 +113,7 @@ struct InFlight {
 };
 std::map<uint32_t, InFlight> g_in_flight;  // GUARDED_BY(g_mu)
 std::condition_variable g_cv;
-// A pointer, never destroyed at exit: slurmctld may exit without calling
-// fini() (22.05 does so for preempt plugins), and a joinable std::thread
-// destroyed by exit() calls std::terminate (abort, core dump).
-std::thread* g_worker = nullptr;
+std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
 // The preemptor of the latest preemptable() call.  Slurm asks preemptable()
 // for every candidate of one preemptor and then preempts the chosen ones,
@@ -123,38 +135,11 @@ constexpr const char* kStateFile = "planc_preempt_state";
 constexpr uint16_t kBatchProcessGroup = KILL_JOB_BATCH | KILL_FULL_JOB;
 constexpr uint16_t kSigkill = SIGKILL;
 
-// Writes the ledger atomically: <file>.new, fsync, rename, fsync the dir.
+// Writes the ledger atomically (common/state_file.h); false after logging.
 bool write_state(const std::string& text) {
-  std::string tmp = g_state_path + ".new";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    error("%s: cannot write %s: %m", plugin_type, tmp.c_str());
+  if (auto err = planc::write_file_atomically(g_state_path, text)) {
+    error("%s: cannot save the preemption counts: %s", plugin_type, err->c_str());
     return false;
-  }
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = write(fd, text.data() + off, text.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      error("%s: write %s: %m", plugin_type, tmp.c_str());
-      close(fd);
-      return false;
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    error("%s: fsync %s: %m", plugin_type, tmp.c_str());
-    return false;
-  }
-  if (rename(tmp.c_str(), g_state_path.c_str()) != 0) {
-    error("%s: rename %s: %m", plugin_type, tmp.c_str());
-    return false;
-  }
-  std::string dir = g_state_path.substr(0, g_state_path.rfind('/'));
-  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
   }
   return true;
 }
@@ -284,6 +269,24 @@ void release_robbed(std::map<uint32_t, InFlight> in_flight) {
   }
 }
 
+// Queues the SIGKILLs of victims without grace (see grace_and_count), under
+// the job read lock the agent needs to look the jobs up.
+void send_kills(const std::vector<PendingKill>& kills) {
+  slurmctld_lock_t job_read = {.job = READ_LOCK};
+  lock_slurmctld(job_read);
+  for (const auto& k : kills) {
+    // Still being killed: its processes outlived the SIGTERM.  Ended, or
+    // (after a requeue) running again: nothing to do.
+    job_record_t* job = find_job_record(k.signal.job_id);
+    if (job && IS_JOB_COMPLETING(job)) {
+      debug("%s: %pJ still ends %lld ms after SIGTERM: SIGKILL", plugin_type, job,
+            static_cast<long long>(kNoGraceKillAfter.count()));
+      planc::slurm::signal_nodes(k.signal);
+    }
+  }
+  unlock_slurmctld(job_read);
+}
+
 // The state file is written at most this often: a burst of preemptions is
 // one write (with fsync), not one each.  A crash loses at most the last
 // second's counts.
@@ -297,7 +300,8 @@ void worker() {
   while (!g_stop) {
     // While preemptions are in flight, look for robbed preemptors often:
     // every pass it is robbed costs a scheduling pass.
-    bool busy = !g_in_flight.empty() || g_dirty;
+    bool busy = !g_in_flight.empty() || !g_kills.empty() || g_dirty;
+    g_worker_idle = !busy;
     auto wake = Clock::now() + (busy ? std::chrono::milliseconds(200)
                                      : std::chrono::milliseconds(5000));
     if (!g_grace_ends.empty())
@@ -305,7 +309,21 @@ void worker() {
                                 std::chrono::milliseconds(50));
     g_cv.wait_until(l, wake, [] { return g_stop || g_wake; });
     g_wake = false;
+    g_worker_idle = false;
     if (g_stop) break;
+    if (!g_kills.empty()) {
+      std::vector<PendingKill> due;
+      auto now = std::chrono::steady_clock::now();
+      auto keep = std::partition(g_kills.begin(), g_kills.end(),
+                                 [now](const PendingKill& k) { return k.due > now; });
+      due.assign(keep, g_kills.end());
+      g_kills.erase(keep, g_kills.end());
+      if (!due.empty()) {
+        l.unlock();
+        send_kills(due);
+        l.lock();
+      }
+    }
     std::vector<GraceEnd> grace_over;
     while (!g_grace_ends.empty() && g_grace_ends.begin()->deadline <= time(nullptr)) {
       grace_over.push_back(*g_grace_ends.begin());
@@ -358,6 +376,18 @@ uint32_t grace_and_count(job_record_t* job) {
     e.preemptor_job = g_last_preemptor;
     e.preemptor_tier = g_last_preemptor_tier;
   }
+  // No grace means no grace.  Slurm's requeue or cancel, which follows at
+  // once, sends SIGTERM; a job that ignores it would get its SIGKILL from
+  // slurmd only 5 s later (slurmd/req.c, MAX(kill_wait, 5)), and the
+  // preemptor would wait for it.  So the worker SIGKILLs (signal_nodes: the
+  // script's process group and the job's steps) a victim still ending
+  // kNoGraceKillAfter later.  Not from here: a signal queued inside the
+  // scheduling cycle woke slurmctld's agent, whose threads took the CPU
+  // from the cycle (which holds the job write lock), and most jobs die of
+  // the SIGTERM and need no second message at all.
+  planc::slurm::JobSignal kill;
+  if (!e.grace_seconds && job->batch_flag) kill = planc::slurm::job_signal_order(job, kSigkill);
+  bool wake = false;
   {
     std::lock_guard<std::mutex> l(g_mu);
     g_ledger->record(job->job_id, now);
@@ -373,9 +403,18 @@ uint32_t grace_and_count(job_record_t* job) {
       f.since = now;
     }
     g_dirty = true;
-    if (e.grace_seconds) g_wake = true;  // see g_wake
+    if (!e.grace_seconds && job->batch_flag)
+      g_kills.push_back({std::move(kill), std::chrono::steady_clock::now() + kNoGraceKillAfter});
+    // See g_wake: wake the worker for a grace deadline, or when it sleeps
+    // its idle sleep (the first preemption of a burst); otherwise its next
+    // tick comes within 200 ms.
+    wake = e.grace_seconds || g_worker_idle;
+    if (wake) {
+      g_wake = true;
+      g_worker_idle = false;
+    }
   }
-  if (e.grace_seconds) g_cv.notify_one();
+  if (wake) g_cv.notify_one();
   std::string note = planc::preemption_note(cfg, e);
   xfree(job->system_comment);
   job->system_comment = xstrdup(note.c_str());
@@ -389,22 +428,12 @@ uint32_t grace_and_count(job_record_t* job) {
     job->admin_comment = xstrdup(comment->c_str());
   }
   if (job->batch_flag) {
-    if (e.grace_seconds) {
-      // Slurm's own grace signal (preempt.c) reaches the job's steps but
-      // not the batch script, which is where most jobs trap SIGTERM to
-      // checkpoint.  Signal the batch script too, as `scancel -b` does (the
-      // shell itself: what it started hears SIGTERM only if it passes it on).
-      job_signal(job, SIGTERM, KILL_JOB_BATCH, 0, false);
-    } else {
-      // No grace means no grace: without this, slurmd gives the batch step
-      // at least 5 s between SIGTERM and SIGKILL (slurmd/req.c,
-      // MAX(kill_wait, 5)) and the preemptor waits for it.  A SIGTERM just
-      // before would be one more message to slurmd for nothing: there is
-      // no time to act on it.  This only signals processes (the script's
-      // process group and the job's steps); Slurm's requeue or cancel that
-      // follows still decides the job's fate.
-      job_signal(job, kSigkill, kBatchProcessGroup, 0, false);
-    }
+    // Slurm's own grace signal (preempt.c) reaches the job's steps but not
+    // the batch script, which is where most jobs trap SIGTERM to
+    // checkpoint.  Signal the batch script too, as `scancel -b` does (the
+    // shell itself: what it started hears SIGTERM only if it passes it on).
+    // Without grace there is no time to act on a SIGTERM: the SIGKILL above.
+    if (e.grace_seconds) job_signal(job, SIGTERM, KILL_JOB_BATCH, 0, false);
   }
   info("%s: %pJ (%s) preempted by JobId=%u (%s), grace %u s, %s, preemption %u in window",
        plugin_type, job, victim->label.c_str(), e.preemptor_job,
@@ -440,14 +469,7 @@ PLANC_EXPORT int init(void) {
 // waiting for those locks, so change PreemptType only by a restart.
 PLANC_EXPORT void fini(void) {
   try {
-    {
-      std::lock_guard<std::mutex> l(g_mu);
-      g_stop = true;
-    }
-    g_cv.notify_one();
-    if (g_worker && g_worker->joinable()) g_worker->join();
-    delete g_worker;
-    g_worker = nullptr;
+    planc::stop_worker(g_mu, g_stop, g_cv, g_worker);
     if (g_ledger) write_state(g_ledger->serialize());
   } catch (const std::exception& e) {
     error("%s: fini: %s", plugin_type, e.what());

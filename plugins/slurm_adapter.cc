@@ -243,4 +243,48 @@ int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* comme
   return rc;
 }
 
+JobSignal job_signal_order(const job_record_t* job, uint16_t signal) {
+  JobSignal s;
+  s.job_id = job->job_id;
+  s.signal = signal;
+  s.nodes = job->nodes ? job->nodes : "";
+  s.protocol_version = SLURM_PROTOCOL_VERSION;
+  if (job->node_bitmap) {
+    for (int i = 0; i < node_record_count; i++) {
+      if (!bit_test(job->node_bitmap, i) || !node_record_table_ptr[i]) continue;
+      s.protocol_version = std::min(s.protocol_version, node_record_table_ptr[i]->protocol_version);
+    }
+  }
+  return s;
+}
+
+// The message job_mgr.c's _signal_job() builds for KILL_FULL_JOB: every
+// step and the batch script (slurmd: _kill_all_active_steps), with a step id
+// no step can have.
+void signal_nodes(const JobSignal& s) {
+  if (s.nodes.empty()) return;
+  hostlist_t hl = hostlist_create(s.nodes.c_str());
+  if (!hl) return;
+  int n = hostlist_count(hl);
+  if (n <= 0) {
+    hostlist_destroy(hl);
+    return;
+  }
+  auto* msg = static_cast<signal_tasks_msg_t*>(xmalloc(sizeof(signal_tasks_msg_t)));
+  msg->step_id.job_id = s.job_id;
+  msg->step_id.step_id = slurm_conf.max_step_cnt + 1;
+  msg->step_id.step_het_comp = NO_VAL;
+  msg->flags = KILL_JOB_BATCH | KILL_FULL_JOB;
+  msg->signal = s.signal;
+  auto* args = static_cast<agent_arg_t*>(xmalloc(sizeof(agent_arg_t)));
+  args->msg_type = REQUEST_SIGNAL_TASKS;
+  args->retry = 1;
+  args->hostlist = hl;
+  args->node_count = static_cast<uint32_t>(n);
+  args->protocol_version = s.protocol_version;
+  args->msg_args = msg;
+  set_agent_arg_r_uid(args, SLURM_AUTH_UID_ANY);
+  agent_queue_request(args);
+}
+
 }  // namespace planc::slurm

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/billing.h"
@@ -93,6 +94,29 @@ std::string admin_comment(uint32_t job_id);
 // REQUIRES the locks of an update RPC: config read, job and node write,
 // partition and federation read.
 int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* admin_comment);
+
+// --- preempt/planc ------------------------------------------------------------
+
+// A signal for all of a job's processes (batch script's process group and
+// every step), to be sent later: what job_signal(job, sig, KILL_JOB_BATCH |
+// KILL_FULL_JOB) would send now.
+struct JobSignal {
+  uint32_t job_id = 0;
+  std::string nodes;  // Slurm host list, e.g. "gpu[1-2]"
+  uint16_t protocol_version = 0;
+  uint16_t signal = 0;
+};
+
+// Captures the job's nodes for signal_nodes().  REQUIRES the job read lock;
+// no allocation beyond the node list string, no I/O, nothing queued.
+JobSignal job_signal_order(const job_record_t* job, uint16_t signal);
+
+// Queues the signal to slurmd on each of the job's nodes through
+// slurmctld's agent, as job_signal() does, whatever state the job is in
+// now (a preempted job is already requeued or cancelled: job_signal()
+// would refuse it).  REQUIRES the job read lock (the agent looks the job
+// up).
+void signal_nodes(const JobSignal& s);
 
 }  // namespace planc::slurm
 

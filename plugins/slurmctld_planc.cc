@@ -36,6 +36,7 @@
 #include "common/state_file.h"
 #include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
+#include "plugins/worker_thread.h"
 
 PLANC_EXPORT const char plugin_name[] = "Plan C controller: starvation upgrade, daily spot cap";
 PLANC_EXPORT const char plugin_type[] = "slurmctld/planc";
@@ -58,10 +59,7 @@ std::string g_state_path;
 std::mutex g_mu;
 std::condition_variable g_cv;
 bool g_stop = false;  // GUARDED_BY(g_mu)
-// A pointer, never destroyed at exit: slurmctld may exit without calling
-// fini() (22.05 does so for preempt plugins), and a joinable std::thread
-// destroyed by exit() calls std::terminate (abort, core dump).
-std::thread* g_worker = nullptr;
+std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
 // Only the worker touches the ledger; job_submit reads snapshots.
 std::unique_ptr<planc::SpotLedger> g_ledger;
@@ -314,14 +312,7 @@ PLANC_EXPORT int init(void) {
 PLANC_EXPORT int fini(void) {
   g_running = false;
   try {
-    {
-      std::lock_guard<std::mutex> l(g_mu);
-      g_stop = true;
-    }
-    g_cv.notify_one();
-    if (g_worker && g_worker->joinable()) g_worker->join();
-    delete g_worker;
-    g_worker = nullptr;
+    planc::stop_worker(g_mu, g_stop, g_cv, g_worker);
     if (g_ledger) {
       if (auto err = planc::write_file_atomically(g_state_path, g_ledger->serialize()))
         error("%s: %s", plugin_type, err->c_str());

@@ -1,0 +1,34 @@
+// The background thread each Plan C plugin keeps inside slurmctld.
+//
+// The thread is a heap pointer that is never destroyed at exit: slurmctld
+// may exit without calling a plugin's fini() (22.05 does so for preempt
+// plugins), and a joinable std::thread destroyed by exit() calls
+// std::terminate (abort, core dump).  fini() stops it with stop_worker().
+#ifndef PLANC_PLUGINS_WORKER_THREAD_H_
+#define PLANC_PLUGINS_WORKER_THREAD_H_
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace planc {
+
+// Sets `stop` under `mu`, wakes the worker, waits for it to end and frees
+// it.  Nothing to do when no worker runs.  Call it holding none of
+// slurmctld's locks: the worker may be waiting for them.
+inline void stop_worker(std::mutex& mu, bool& stop, std::condition_variable& cv,
+                        std::thread*& worker) {
+  if (!worker) return;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    stop = true;
+  }
+  cv.notify_all();
+  if (worker->joinable()) worker->join();
+  delete worker;
+  worker = nullptr;
+}
+
+}  // namespace planc
+
+#endif  // PLANC_PLUGINS_WORKER_THREAD_H_
