@@ -57,9 +57,13 @@ class BillStore {
   Result<size_t> write(const std::vector<Bill>& bills, const std::string& source);
 
   // SQLSTATE of the last failed statement ("" if none or no server answer).
-  // Class 22 (data) or 23 (constraint) means the batch itself is bad:
-  // retrying it will not help.
   const std::string& last_sqlstate() const { return last_sqlstate_; }
+  // True when PostgreSQL refused the last statement for its data: SQLSTATE
+  // class 22 (data) or 23 (constraint).  Retrying the same batch will not
+  // help; anything else (connection, timeout) may pass on a retry.
+  bool last_refused_as_data() const {
+    return last_sqlstate_.rfind("22", 0) == 0 || last_sqlstate_.rfind("23", 0) == 0;
+  }
 
   // Bills matching the filter (and what row-level security lets this
   // connection's user see), oldest end first.

@@ -222,8 +222,7 @@ size_t store_one_by_one(planc::BillStore& store, uint64_t seq, const std::vector
       fresh += r.value();
       continue;
     }
-    const std::string& st = store.last_sqlstate();
-    if (st.rfind("22", 0) != 0 && st.rfind("23", 0) != 0) throw std::runtime_error(r.error());
+    if (!store.last_refused_as_data()) throw std::runtime_error(r.error());
     std::string rejected = spool_path(seq) + ".rejected";
     int fd = open(rejected.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     bool kept = fd >= 0 && planc::write_all(fd, lines[i] + "\n") && fsync(fd) == 0;
@@ -251,8 +250,7 @@ void store_spool(planc::BillStore& store, uint64_t seq, const planc::PlancConfig
       fresh += r.value();
       continue;
     }
-    const std::string& st = store.last_sqlstate();
-    if (st.rfind("22", 0) == 0 || st.rfind("23", 0) == 0) {
+    if (store.last_refused_as_data()) {
       fresh += store_one_by_one(store, seq, batch,
                                 std::vector<std::string>(lines.begin() + i, lines.begin() + end));
       continue;

@@ -28,14 +28,15 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <map>
-#include <set>
-#include <vector>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "common/job_marks.h"
 #include "common/preempt_policy.h"
@@ -220,10 +221,12 @@ void end_grace(const std::vector<GraceEnd>& due) {
 // preemption in progress: their freed resources went to another job.  A
 // read-locked look first (the usual case: nothing to do), then the write
 // lock only to clear what was found, re-checked under it.
-bool robbed(job_record_t* preemptor, const InFlight& f) {
-  if (!preemptor || !IS_JOB_PENDING(preemptor) || !preemptor->details ||
-      !preemptor->details->preempt_start_time)
-    return false;
+bool waits_on_preemption(const job_record_t* preemptor) {
+  return preemptor && IS_JOB_PENDING(preemptor) && preemptor->details &&
+         preemptor->details->preempt_start_time;
+}
+
+bool victims_gone(const InFlight& f) {
   for (uint32_t id : f.victims) {
     job_record_t* v = find_job_record(id);
     if (v && (IS_JOB_RUNNING(v) || IS_JOB_COMPLETING(v) || IS_JOB_SUSPENDED(v))) return false;
@@ -237,28 +240,28 @@ void release_robbed(std::map<uint32_t, InFlight> in_flight) {
   lock_slurmctld(job_read);
   time_t now = time(nullptr);
   for (const auto& [id, f] : in_flight) {
-    job_record_t* p = find_job_record(id);
-    if (!p || !IS_JOB_PENDING(p) || !p->details || !p->details->preempt_start_time ||
-        now - f.since > 600)
+    if (!waits_on_preemption(find_job_record(id)) || now - f.since > 600)
       done.push_back(id);  // started, ended, or given up on: nothing to watch
-    else if (robbed(p, f))
+    else if (victims_gone(f))
       found.push_back(id);
   }
   unlock_slurmctld(job_read);
   if (!found.empty()) {
+    bool released = false;
     slurmctld_lock_t job_write = {.job = WRITE_LOCK};
     lock_slurmctld(job_write);
     for (uint32_t id : found) {
       job_record_t* p = find_job_record(id);
-      if (!robbed(p, in_flight[id])) continue;
+      if (!waits_on_preemption(p) || !victims_gone(in_flight[id])) continue;
       debug("%s: %pJ: the resources its preemption freed went to another job; it may "
             "preempt again now",
             plugin_type, p);
       p->details->preempt_start_time = 0;
       done.push_back(id);
+      released = true;
     }
     unlock_slurmctld(job_write);
-    queue_job_scheduler();
+    if (released) queue_job_scheduler();
   }
   if (done.empty()) return;
   std::lock_guard<std::mutex> l(g_mu);
@@ -385,7 +388,7 @@ uint32_t grace_and_count(job_record_t* job) {
   // scheduling cycle woke slurmctld's agent, whose threads took the CPU
   // from the cycle (which holds the job write lock), and most jobs die of
   // the SIGTERM and need no second message at all.
-  planc::slurm::JobSignal kill;
+  std::optional<planc::slurm::JobSignal> kill;
   if (!e.grace_seconds && job->batch_flag) kill = planc::slurm::job_signal_order(job, kSigkill);
   bool wake = false;
   {
@@ -403,8 +406,8 @@ uint32_t grace_and_count(job_record_t* job) {
       f.since = now;
     }
     g_dirty = true;
-    if (!e.grace_seconds && job->batch_flag)
-      g_kills.push_back({std::move(kill), std::chrono::steady_clock::now() + kNoGraceKillAfter});
+    if (kill)
+      g_kills.push_back({std::move(*kill), std::chrono::steady_clock::now() + kNoGraceKillAfter});
     // See g_wake: wake the worker for a grace deadline, or when it sleeps
     // its idle sleep (the first preemption of a burst); otherwise its next
     // tick comes within 200 ms.
