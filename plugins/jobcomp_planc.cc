@@ -271,6 +271,7 @@ bool stopping() {
 }
 
 void worker(std::vector<uint64_t> pending) {
+  planc::name_this_thread("planc_jobcomp");
   std::unique_ptr<planc::BillStore> store;
   std::string store_conninfo;
   int backoff = 0;  // seconds; grows while PostgreSQL is unreachable

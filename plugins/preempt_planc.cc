@@ -297,6 +297,7 @@ constexpr auto kStateWriteInterval = std::chrono::seconds(1);
 
 void worker() {
   using Clock = std::chrono::system_clock;
+  planc::name_this_thread("planc_preempt");
   time_t last_sweep = time(nullptr);
   auto last_write = std::chrono::steady_clock::now() - kStateWriteInterval;
   std::unique_lock<std::mutex> l(g_mu);

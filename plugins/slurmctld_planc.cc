@@ -226,6 +226,7 @@ std::string spot_sample(int* gpu_pos, const std::string& last_written) {
 
 void worker() {
   using Clock = std::chrono::steady_clock;
+  planc::name_this_thread("planc_ctld");
   const planc::PlancConfig& cfg = *g_config;
   auto next_scan = Clock::now() + std::chrono::seconds(cfg.starvation_interval_seconds);
   auto next_sample = Clock::now();

@@ -7,11 +7,18 @@
 #ifndef PLANC_PLUGINS_WORKER_THREAD_H_
 #define PLANC_PLUGINS_WORKER_THREAD_H_
 
+#include <pthread.h>
+
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
 namespace planc {
+
+// Names the calling thread (at most 15 characters), as slurmctld names its
+// own (sched_agent, bckfl): what `top -H`, `ps -L` and perf show, and how
+// test/bench/bench-preempt tells the plugin's CPU from Slurm's.
+inline void name_this_thread(const char* name) { pthread_setname_np(pthread_self(), name); }
 
 // Sets `stop` under `mu`, wakes the worker, waits for it to end and frees
 // it.  Nothing to do when no worker runs.  Call it holding none of
