@@ -3,9 +3,16 @@
 Job scripts record, in work/sig.<jobid>, when they started and when they
 received SIGTERM; the tests read those files the way a user's checkpointing
 script would, and squeue / scontrol / sacct the way the user would.
-Timings are printed, not asserted (shared machines are noisy); the grace
-period's lower bound is asserted because it is a promise to the user.
+The policy's timeline is a promise to the user, so its deadlines are
+asserted: the victim's SIGTERM within 5 s of the P0 submission, the P0 job
+running within 40 s (30 s of grace included), and within 5 s when the
+victim is a P3 job; and the grace's lower bound.  The run time is measured
+with slurmctld's own SubmitTime and StartTime, not by this test's polling.
+Stock preempt/qos misses these deadlines by 30 s and more (it waits for the
+next scheduling pass); how fast the scheduler is beside it is a benchmark's
+business (test/bench/bench-preempt), not asserted here.
 """
+import datetime
 import os
 import signal
 import time
@@ -48,6 +55,13 @@ def running(c, jobid):
     return c.state(jobid) == "RUNNING"
 
 
+def submit_to_start(c, jobid):
+    """Seconds from submission to start, by slurmctld's own clock (1 s steps)."""
+    job = c.show_job(jobid)
+    at = {k: datetime.datetime.fromisoformat(job[k]) for k in ("SubmitTime", "StartTime")}
+    return (at["StartTime"] - at["SubmitTime"]).total_seconds()
+
+
 @pytest.fixture
 def c(cluster):
     cluster.cancel_all()
@@ -74,7 +88,10 @@ def test_p3_victim_goes_first_without_grace(c):
     c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=120)
     t_run = time.time() - t0
     states = {j: c.state(j) for j in (p2a, p2b, p3a, p3b)}
-    print(f"\nP3 victim: P0 running after {t_run:.1f} s; victims: {states}")
+    print(f"\nP3 victim: P0 running after {t_run:.1f} s "
+          f"({submit_to_start(c, p0):.0f} s by slurmctld); victims: {states}")
+    # The policy's deadline with a P3 victim (which ignores SIGTERM here).
+    assert submit_to_start(c, p0) <= 5, c.show_job(p0)
     # Exactly one P3 job made room; both P2 jobs and the other P3 still run.
     assert states[p2a] == states[p2b] == "RUNNING"
     assert sorted([states[p3a], states[p3b]]) == ["PENDING", "RUNNING"]
@@ -103,7 +120,12 @@ def test_p2_victim_gets_sigterm_and_its_grace_then_runs_again(c):
     assert "(30 s to checkpoint); requeued (auto-restart)" in text
     c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=150)
     t_run = time.time() - t0
-    print(f"\nP2 victim: SIGTERM after {t_term:.1f} s, P0 running after {t_run:.1f} s")
+    print(f"\nP2 victim: SIGTERM after {t_term:.1f} s, P0 running after {t_run:.1f} s "
+          f"({submit_to_start(c, p0):.0f} s by slurmctld)")
+    # The policy's timeline: SIGTERM at once (T=4 s in its example), the P0
+    # job running by T=40 s although the victim ignores the SIGTERM.
+    assert t_term <= 5, t_term
+    assert submit_to_start(c, p0) <= 40, c.show_job(p0)
     # The grace was honoured: the P0 job started at least 30 s after the
     # SIGTERM, and only one job was preempted for it.
     assert time.time() - first(c, victim, "SIGTERM") >= 30 - 1
