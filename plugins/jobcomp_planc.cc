@@ -271,7 +271,6 @@ bool stopping() {
 }
 
 void worker(std::vector<uint64_t> pending) {
-  planc::name_this_thread("planc_jobcomp");
   std::unique_ptr<planc::BillStore> store;
   std::string store_conninfo;
   int backoff = 0;  // seconds; grows while PostgreSQL is unreachable
@@ -378,7 +377,7 @@ PLANC_EXPORT int init(void) {
       info("%s: %zu spool file(s) from before the restart will be (re)stored", plugin_type,
            pending.size());
     g_stop = false;
-    g_worker = new std::thread(worker, std::move(pending));
+    g_worker = planc::start_worker("planc_jobcomp", worker, std::move(pending));
     verbose("%s loaded, spool %s", plugin_type, g_dir.c_str());
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {

@@ -297,7 +297,6 @@ constexpr auto kStateWriteInterval = std::chrono::seconds(1);
 
 void worker() {
   using Clock = std::chrono::system_clock;
-  planc::name_this_thread("planc_preempt");
   time_t last_sweep = time(nullptr);
   auto last_write = std::chrono::steady_clock::now() - kStateWriteInterval;
   std::unique_lock<std::mutex> l(g_mu);
@@ -459,7 +458,7 @@ PLANC_EXPORT int init(void) {
     g_ledger = load_state(*g_config);
     g_in_ledger.rebuild(g_ledger->job_ids());
     g_stop = false;
-    g_worker = new std::thread(worker);
+    g_worker = planc::start_worker("planc_preempt", worker);
     verbose("%s loaded", plugin_type);
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {

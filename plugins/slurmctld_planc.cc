@@ -226,7 +226,6 @@ std::string spot_sample(int* gpu_pos, const std::string& last_written) {
 
 void worker() {
   using Clock = std::chrono::steady_clock;
-  planc::name_this_thread("planc_ctld");
   const planc::PlancConfig& cfg = *g_config;
   auto next_scan = Clock::now() + std::chrono::seconds(cfg.starvation_interval_seconds);
   auto next_sample = Clock::now();
@@ -294,7 +293,7 @@ PLANC_EXPORT int init(void) {
     g_ledger = load_spot_state(*g_config);
     publish_usage();
     g_stop = false;
-    g_worker = new std::thread(worker);
+    g_worker = planc::start_worker("planc_ctld", worker);
     g_running = true;
     verbose("%s loaded: starvation threshold %u s, checked every %u s, at most %u a time; "
             "spot caps P2 %s, P3 %s, day starts %s",

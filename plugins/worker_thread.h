@@ -12,13 +12,20 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace planc {
 
-// Names the calling thread (at most 15 characters), as slurmctld names its
-// own (sched_agent, bckfl): what `top -H`, `ps -L` and perf show, and how
-// test/bench/bench-preempt tells the plugin's CPU from Slurm's.
-inline void name_this_thread(const char* name) { pthread_setname_np(pthread_self(), name); }
+// Starts the worker, std::thread(args...), named `name` (at most 15
+// characters) as slurmctld names its own threads (sched_agent, bckfl): what
+// `top -H`, `ps -L` and perf show, and how test/bench/bench-preempt tells
+// the plugin's CPU from Slurm's.
+template <typename... Args>
+std::thread* start_worker(const char* name, Args&&... args) {
+  auto* worker = new std::thread(std::forward<Args>(args)...);
+  pthread_setname_np(worker->native_handle(), name);
+  return worker;
+}
 
 // Sets `stop` under `mu`, wakes the worker, waits for it to end and frees
 // it.  Nothing to do when no worker runs.  Call it holding none of
