@@ -289,6 +289,8 @@ def test_slurmctld_sigkill_while_jobs_finish_loses_no_bill(c):
     # it ran.  slurmdbd does, and reconcile lists it.  Only such runs may be
     # missing: each started inside the crash window.
     missing = re.findall(r"missing: job (\d+) start (\S+ \S+?)\+00", r.stdout)
+    counted = re.search(r" (\d+) without a bill", r.stdout)
+    assert counted and int(counted.group(1)) == len(missing), r.stdout  # every one checked
     for job, when in missing:
         t = datetime.datetime.fromisoformat(when).replace(
             tzinfo=datetime.timezone.utc).timestamp()
