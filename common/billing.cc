@@ -94,8 +94,11 @@ Bill price_segment(const PlancConfig& cfg, const Segment& seg) {
 
   if (!seg.ran) {
     b.zero_reason = "never ran";
-  } else if (seg.state == "PREEMPTED" && tier && tier->preemptible) {
-    b.zero_reason = "preempted: unfinished preempted time is not billed";
+  } else if ((seg.state == "PREEMPTED" || seg.preempted) && tier && tier->preemptible) {
+    b.zero_reason = seg.state == "PREEMPTED"
+                        ? "preempted: unfinished preempted time is not billed"
+                        : "preempted: " + lower(seg.state) +
+                              " during its grace; unfinished preempted time is not billed";
   } else if (seg.state == "NODE_FAIL") {
     b.zero_reason = "node failure: a run lost to a failed node is not billed";
   } else if (seg.free_attempt) {
@@ -217,9 +220,14 @@ std::string format_card_seconds(int64_t cms) {
 // --- spool records -------------------------------------------------------------
 namespace {
 
-constexpr std::string_view kVersion = "planc-seg-1";
+// v2 added `preempted`; v1 records (written before an upgrade, replayed
+// after it) are still read.
+constexpr std::string_view kVersion = "planc-seg-2";
+constexpr std::string_view kVersion1 = "planc-seg-1";
 
-uint32_t crc32(std::string_view s) {
+}  // namespace
+
+uint32_t record_crc32(std::string_view s) {
   static const auto table = [] {
     std::array<uint32_t, 256> t{};
     for (uint32_t i = 0; i < 256; i++) {
@@ -233,8 +241,6 @@ uint32_t crc32(std::string_view s) {
   for (unsigned char ch : s) c = table[(c ^ ch) & 0xff] ^ (c >> 8);
   return c ^ 0xffffffffu;
 }
-
-}  // namespace
 
 void append_escaped(std::string& out, std::string_view v) {
   for (char c : v) {
@@ -328,8 +334,9 @@ std::string serialize_segment(const Segment& s) {
   put(body, s.ran ? 1 : 0);
   put(body, s.free_attempt ? 1 : 0);
   put(body, s.admin_comment);
+  put(body, s.preempted ? 1 : 0);
   char crc[16];
-  std::snprintf(crc, sizeof crc, "\t%08x\n", crc32(body));
+  std::snprintf(crc, sizeof crc, "\t%08x\n", record_crc32(body));
   return body + crc;
 }
 
@@ -340,16 +347,19 @@ Result<Segment> parse_segment(std::string_view line) {
     return Result<Segment>::failure("no checksum (torn record)");
   std::string_view body = line.substr(0, tab);
   char want[9];
-  std::snprintf(want, sizeof want, "%08x", crc32(body));
+  std::snprintf(want, sizeof want, "%08x", record_crc32(body));
   if (line.substr(tab + 1) != want) return Result<Segment>::failure("checksum mismatch");
   Fields f(body);
-  constexpr size_t kFields = 30;
-  if (f.size() != kFields || f.str(0) != kVersion)
+  constexpr size_t kFields = 31, kFields1 = 30;
+  const bool v1 = f.str(0) == kVersion1;
+  if (!(v1 && f.size() == kFields1) && !(f.str(0) == kVersion && f.size() == kFields))
     return Result<Segment>::failure("unknown record version '" + f.str(0) + "'");
   Segment s;
   int64_t n[kFields] = {};
-  for (size_t i : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 18, 20, 24, 25, 27, 28})
+  for (size_t i : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 18, 20, 24, 25, 27, 28, 30}) {
+    if (i >= f.size()) continue;
     if (!f.num(i, &n[i])) return Result<Segment>::failure("field " + std::to_string(i) + " is not a number");
+  }
   s.cluster = f.str(1);
   s.job_id = static_cast<uint32_t>(n[2]);
   s.array_job_id = static_cast<uint32_t>(n[3]);
@@ -393,6 +403,7 @@ Result<Segment> parse_segment(std::string_view line) {
   s.ran = n[27] != 0;
   s.free_attempt = n[28] != 0;
   s.admin_comment = f.str(29);
+  s.preempted = n[30] != 0;
   return s;
 }
 

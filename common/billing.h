@@ -67,6 +67,12 @@ struct Segment {
   std::vector<GresUse> gres;
   bool ran = true;          // false: ended before it was given resources
   bool free_attempt = false;  // the starvation upgrade's free P2 attempt
+  // preempt/planc says this run was ended by a preemption although Slurm's
+  // state says otherwise: it was cancelled by its owner during its grace
+  // (state CANCELLED).  A run that ended on its own during the grace has
+  // its state set to PREEMPTED by preempt/planc instead.  Free, like a
+  // PREEMPTED run of a preemptible tier.
+  bool preempted = false;
   std::string admin_comment;
   bool operator==(const Segment&) const = default;
 };
@@ -97,7 +103,8 @@ struct Bill {
 
 // Prices a segment with the prices and tier factors in `cfg`.
 // Free by rule (amount 0, quantities still recorded, zero_reason says why):
-//   never ran; a preemptible tier's segment ended by preemption; a run
+//   never ran; a preemptible tier's segment ended by preemption (state
+//   PREEMPTED, or `preempted` set by preempt/planc); a run
 //   ended by a node failure (the provider's fault); the free
 //   starvation-upgrade attempt; zero billable seconds.
 Bill price_segment(const PlancConfig& cfg, const Segment& seg);
@@ -140,6 +147,8 @@ void make_text_valid_utf8(Segment* seg);
 // tabs with \\, \t, \n and \r escaped, a version first and a CRC-32 of the
 // rest last, so a torn or corrupt line is recognised, never misread.
 std::string serialize_segment(const Segment& seg);
+// The CRC-32 (IEEE) each record ends with, as 8 hex digits.
+uint32_t record_crc32(std::string_view s);
 Result<Segment> parse_segment(std::string_view line);
 
 }  // namespace planc

@@ -45,6 +45,9 @@ TEST(BillingTest, PriceTable) {
   free_attempt.free_attempt = true;
   Segment suspended = seg("p0-lease", 7200, {h800_8});
   suspended.suspended_seconds = 3600;
+  // Cancelled by its owner during the grace of a preemption.
+  Segment cancelled_in_grace = seg("p2-spot", 3600, {h800_8}, 0, 0, "CANCELLED");
+  cancelled_in_grace.preempted = true;
   const PriceCase cases[] = {
       // 8 cards x 1 h x 20.00 = 160.00
       {"P0 list", seg("p0-lease", 3600, {h800_8}), 16000, ""},
@@ -70,6 +73,8 @@ TEST(BillingTest, PriceTable) {
        "preempted: unfinished preempted time is not billed"},
       {"P3 preempted", seg("p3-spot", 3600, {h800_8}, 0, 0, "PREEMPTED"), 0,
        "preempted: unfinished preempted time is not billed"},
+      {"P2 cancelled during its grace", cancelled_in_grace, 0,
+       "preempted: cancelled during its grace; unfinished preempted time is not billed"},
       {"P0 marked PREEMPTED is still charged", seg("p0-lease", 3600, {h800_8}, 0, 0, "PREEMPTED"), 16000, ""},
       {"P2 requeued by admin is charged", seg("p2-spot", 3600, {h800_8}, 0, 0, "REQUEUED"), 5600, ""},
       {"free attempt", free_attempt, 0, "free attempt after starvation upgrade"},
@@ -179,12 +184,29 @@ TEST(BillingTest, SpoolRecordRoundTrip) {
   s.free_attempt = true;
   s.array_job_id = 7;
   s.array_task_id = 3;
+  s.preempted = true;
   std::string line = serialize_segment(s);
   EXPECT_EQ(line.back(), '\n');
   EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1) << "one line per record";
   auto r = parse_segment(line);
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ(r.value(), s);
+}
+
+// A spool file written before an upgrade (record version 1, no
+// `preempted` field) is still billed after it.
+TEST(BillingTest, SpoolRecordVersion1IsStillRead) {
+  const std::string v1 =
+      "planc-seg-1\tc\t42\t0\t4294967294\t0\t4294967294\t0\t0\t1700000000\t1700003600\t0"
+      "\t1001\tpcbob\tacct-spot\tp2-spot\tnormal\tgpu1\t1\tCOMPLETED\t0\tjob\t\t\t1\t100"
+      "\tgpu:h800:8\t1\t0\t";
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "\t%08x\n", record_crc32(v1));
+  auto r = parse_segment(v1 + crc);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r.value().job_id, 42u);
+  EXPECT_EQ(r.value().gres, (std::vector<GresUse>{{"gpu", "h800", 8}}));
+  EXPECT_FALSE(r.value().preempted);
 }
 
 TEST(BillingTest, SpoolRecordDamageIsDetected) {
