@@ -217,6 +217,14 @@ class Parser {
         ok = uint_value(p, 1, 1000, &cfg_.preempt_max_count);
       } else if (k == "preemptwindow") {
         ok = duration_value(p, 1, 366 * 86400, &cfg_.preempt_window_seconds);
+      } else if (k == "gracefinishedexitcode") {
+        if (iequals(p.value, "none")) {
+          cfg_.grace_finished_exit_code = -1;
+        } else {
+          uint32_t code = 0;
+          if (!uint_value(p, 1, 255, &code)) return false;
+          cfg_.grace_finished_exit_code = static_cast<int32_t>(code);
+        }
       } else if (k == "starvationthreshold") {
         ok = duration_value(p, 1, 366 * 86400, &cfg_.starvation_threshold_seconds);
       } else if (k == "starvationinterval") {
@@ -384,7 +392,7 @@ class Parser {
 
   static constexpr const char* kGlobalKeys =
       "DefaultTier, GuaranteedCapPercent, GuaranteedPartition, GuaranteedCapQOS, "
-      "PreemptMaxCount, PreemptWindow, "
+      "PreemptMaxCount, PreemptWindow, GraceFinishedExitCode, "
       "StarvationThreshold, StarvationInterval, StarvationMaxPerInterval, SpotCapP2, SpotCapP3, "
       "SpotCapResetTime, SpotCapTimeZone, SpotCapDayLength, Currency, "
       "CardHourPrice, DefaultCardHourPrice, CardHourPriceFloor, CoreHourPrice, "
@@ -490,6 +498,49 @@ std::string format_micros(Micros m) {
   frac.insert(0, 6 - frac.size(), '0');
   while (frac.size() > 2 && frac.back() == '0') frac.pop_back();
   return (neg ? "-" : "") + std::to_string(m / kMicrosPerUnit) + "." + frac;
+}
+
+std::vector<std::string> policy_warnings(const PlancConfig& cfg) {
+  std::vector<std::string> out;
+  auto warn = [&](const std::string& what, const char* invariant) {
+    out.push_back(what + ": breaks the policy's invariant \"" + invariant + "\"");
+  };
+  const TierTable& tt = cfg.tiers;
+  auto name = [](const Tier& t) { return t.label + " (" + t.qos + ")"; };
+  constexpr const char* kNeverPreempted = "P0 and P1 are never preempted";
+  for (TierId g : {TierId::kP0, TierId::kP1}) {
+    const Tier& t = tt.tier(g);
+    if (t.preemptible) warn(name(t) + " is preemptible (Preemptible=yes)", kNeverPreempted);
+    for (const Tier& a : tt.all())
+      if (a.preempts[tier_index(g)])
+        warn(name(a) + " may preempt " + t.label + " (Preempts=)", kNeverPreempted);
+  }
+  const Tier &p0 = tt.tier(TierId::kP0), &p1 = tt.tier(TierId::kP1);
+  if (p0.priority != p1.priority)
+    warn("P0 has Priority=" + std::to_string(p0.priority) + " and P1 Priority=" +
+             std::to_string(p1.priority),
+         "P0 and P1 weigh the same");
+  constexpr const char* kCap = "P0+P1 within GuaranteedCapPercent (at most 80% of the GPUs)";
+  if (cfg.guaranteed_partition.empty())
+    warn("GuaranteedPartition is not set, so nothing caps the GPUs P0 and P1 hold", kCap);
+  else if (cfg.guaranteed_cap_percent > 80)
+    warn("GuaranteedCapPercent=" + std::to_string(cfg.guaranteed_cap_percent) +
+             " lets P0 and P1 hold more than 80% of the GPUs",
+         kCap);
+  for (TierId s : {TierId::kP2, TierId::kP3})
+    if (!tt.tier(s).preemptible)
+      warn(name(tt.tier(s)) + " is not preemptible (Preemptible=no)", "P2 and P3 are preemptible");
+  for (TierId g : {TierId::kP0, TierId::kP1})
+    for (TierId s : {TierId::kP2, TierId::kP3})
+      if (!tt.can_preempt(g, s))
+        warn(tt.tier(g).label + " may not preempt " + tt.tier(s).label + " (Preempts=)",
+             "P0 and P1 preempt P2 and P3");
+  if (!tt.can_preempt(TierId::kP2, TierId::kP3))
+    warn("P2 may not preempt P3 (Preempts=)", "P2 preempts P3");
+  for (const Tier& v : tt.all())
+    if (tt.can_preempt(TierId::kP3, v.id))
+      warn("P3 may preempt " + v.label + " (Preempts=)", "P3 preempts nothing");
+  return out;
 }
 
 uint32_t guaranteed_gpu_cap(const PlancConfig& cfg, uint32_t total_gpus) {

@@ -19,6 +19,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/result.h"
 #include "common/tier.h"
@@ -69,6 +70,11 @@ struct PlancConfig {
   // A job preempted this many times within the window is not chosen again.
   uint32_t preempt_max_count = 3;
   uint32_t preempt_window_seconds = 24 * 3600;
+  // A victim that exits with this code during its grace says it finished
+  // its real work: it stays COMPLETED and is billed, not requeued.  Any
+  // other ending during the grace (exit 0 included) is treated as the
+  // preemption it is.  -1: no such code (every ending is a preemption).
+  int32_t grace_finished_exit_code = 99;
   // A P3 job pending longer than this gets one free attempt as P2.
   uint32_t starvation_threshold_seconds = 30 * 60;
   uint32_t starvation_interval_seconds = 60;
@@ -82,6 +88,13 @@ struct PlancConfig {
   uint32_t spot_day_seconds = 86400;           // shorter only for tests
   Prices prices;
 };
+
+// The policy's invariants a valid planc.conf may still break (admins may
+// choose to), one warning each, naming the invariant, e.g.
+//   "P0 (p0-lease) is preemptible (Preemptible=yes): breaks the policy's
+//    invariant \"P0 and P1 are never preempted\""
+// planc-conf check prints them; each plugin logs them when it loads.
+std::vector<std::string> policy_warnings(const PlancConfig& cfg);
 
 // Parses planc.conf text; `filename` only labels error messages.
 Result<PlancConfig> parse_config(std::string_view text, std::string_view filename);

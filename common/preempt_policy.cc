@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <sys/wait.h>
+
 #include "common/state_file.h"
 
 namespace planc {
@@ -14,6 +16,17 @@ constexpr std::string_view kHeader = "planc-preempt-state v1";
 }  // namespace
 
 void PreemptLedger::record(uint32_t job_id, time_t now) { history_[job_id].push_back(now); }
+
+bool PreemptLedger::unrecord(uint32_t job_id, time_t when) {
+  auto it = history_.find(job_id);
+  if (it == history_.end()) return false;
+  auto& v = it->second;
+  auto t = std::find(v.begin(), v.end(), when);
+  if (t == v.end()) return false;
+  v.erase(t);
+  if (v.empty()) history_.erase(it);
+  return true;
+}
 
 uint32_t PreemptLedger::count_in_window(uint32_t job_id, time_t now) const {
   auto it = history_.find(job_id);
@@ -126,6 +139,68 @@ TierId guaranteed_alternative(TierId preempted) {
   return preempted == TierId::kP2 ? TierId::kP0 : TierId::kP1;
 }
 
+bool Entitlement::allows(const Tier& t) const {
+  for (const std::string& q : qos)
+    if (iequals(q, t.qos)) return true;
+  return false;
+}
+
+const Tier* advised_tier(const PlancConfig& cfg, TierId from, const Entitlement& ent) {
+  const Tier& first = cfg.tiers.tier(guaranteed_alternative(from));
+  if (!ent.known || ent.allows(first)) return &first;
+  for (const Tier& t : cfg.tiers.all())
+    if (!t.preemptible && ent.allows(t)) return &t;
+  return nullptr;
+}
+
+namespace {
+
+std::string guaranteed_names(const PlancConfig& cfg) {
+  std::string out;
+  for (const Tier& t : cfg.tiers.all()) {
+    if (t.preemptible) continue;
+    if (!out.empty()) out += " or ";
+    out += t.qos + " (" + t.label + ")";
+  }
+  return out;
+}
+
+std::string advice_for(const PlancConfig& cfg, const Tier* t, const std::string& account,
+                       std::string_view lead, bool with_product) {
+  if (t)
+    return std::string(lead) + "--qos=" + t->qos +
+           (with_product ? " (" + t->label + ", " + t->product + ")" : "");
+  std::string who = account.empty() ? "your account" : "account " + account;
+  return who + " may use no guaranteed tier; ask your account coordinator for access to " +
+         guaranteed_names(cfg);
+}
+
+}  // namespace
+
+std::string guaranteed_advice(const PlancConfig& cfg, TierId from, const Entitlement& ent,
+                              std::string_view lead, bool with_product) {
+  return advice_for(cfg, advised_tier(cfg, from, ent), ent.account, lead, with_product);
+}
+
+std::string describe_wait_status(uint32_t w) {
+  if (WIFSIGNALED(w)) return "signal " + std::to_string(WTERMSIG(w));
+  return "exit " + std::to_string(WEXITSTATUS(w));
+}
+
+RunEndVerdict judge_run_end(const PlancConfig& cfg, const RunEndFacts& f) {
+  using E = RunEndFacts::Ending;
+  switch (f.ending) {
+    case E::kPreempted:
+    case E::kNodeFail: return RunEndVerdict::kNotOurs;
+    case E::kCancelled: return RunEndVerdict::kCancelledInGrace;
+    default: break;
+  }
+  if (cfg.grace_finished_exit_code >= 0 && WIFEXITED(f.wait_status) &&
+      static_cast<int32_t>(WEXITSTATUS(f.wait_status)) == cfg.grace_finished_exit_code)
+    return RunEndVerdict::kFinished;
+  return RunEndVerdict::kTreatAsPreempted;
+}
+
 std::string format_duration(uint32_t s) {
   if (s % 3600 == 0) return std::to_string(s / 3600) + " h";
   if (s % 60 == 0) return std::to_string(s / 60) + " min";
@@ -140,25 +215,58 @@ std::string format_utc(time_t t) {
   return buf;
 }
 
-std::string preemption_note(const PlancConfig& cfg, const PreemptionEvent& e) {
+std::string preemption_note(const PlancConfig& cfg, const PreemptionEvent& e,
+                            const PreemptionOutcome& o) {
   const Tier& victim = cfg.tiers.tier(e.victim_tier);
-  std::string s = "planc: preempted at " + format_utc(e.when);
+  std::string by;
   if (e.preemptor_job) {
-    const Tier& by = cfg.tiers.tier(e.preemptor_tier);
-    s += " by job " + std::to_string(e.preemptor_job) + " (" + by.label + " " + by.qos + ")";
+    const Tier& p = cfg.tiers.tier(e.preemptor_tier);
+    by = " by job " + std::to_string(e.preemptor_job) + " (" + p.label + " " + p.qos + ")";
   }
+  const std::string window = " per " + format_duration(cfg.preempt_window_seconds);
+  const std::string of_most = " of at most " + std::to_string(cfg.preempt_max_count);
+  if (o.end == PreemptionEnd::kCalledOff) {
+    uint32_t left = e.count_in_window ? e.count_in_window - 1 : 0;
+    return "planc: preemption at " + format_utc(e.when) + by + " called off at " +
+           format_utc(o.at) + " (" + o.detail + "); SIGTERM was sent at " + format_utc(e.when) +
+           "; this job keeps running and the preemption is not counted (" +
+           std::to_string(left) + of_most + window + ")";
+  }
+  std::string s = "planc: preempted at " + format_utc(e.when) + by;
   if (e.grace_seconds)
     s += "; SIGTERM sent, grace until " + format_utc(e.when + e.grace_seconds) + " (" +
          std::to_string(e.grace_seconds) + " s to checkpoint)";
   else
     s += "; no grace (" + victim.label + ")";
-  s += e.requeue ? "; requeued (auto-restart)" : "; cancelled (job not requeueable)";
-  s += "; preemption " + std::to_string(e.count_in_window) + " of at most " +
-       std::to_string(cfg.preempt_max_count) + " per " +
-       format_duration(cfg.preempt_window_seconds);
-  if (e.victim_tier == TierId::kP3) {
-    const Tier& alt = cfg.tiers.tier(guaranteed_alternative(e.victim_tier));
-    s += ". To avoid preemption retry in a guaranteed tier: --qos=" + alt.qos;
+  const std::string then = e.requeue ? "requeued (auto-restart)" : "cancelled (job not requeueable)";
+  switch (o.end) {
+    case PreemptionEnd::kInProgress:
+      s += e.grace_seconds ? "; to be " + then + " when the grace ends" : "; " + then;
+      break;
+    case PreemptionEnd::kRequeued: s += "; requeued (auto-restart)"; break;
+    case PreemptionEnd::kCancelled: s += "; cancelled (job not requeueable)"; break;
+    case PreemptionEnd::kEndedInGrace:
+      s += "; ended on its own at " + format_utc(o.at) + " during the grace (" + o.detail +
+           "): treated as preempted, " + then;
+      break;
+    case PreemptionEnd::kFinishedInGrace:
+      s += "; finished at " + format_utc(o.at) + " during the grace with " + o.detail +
+           " (GraceFinishedExitCode): completed and billed, not requeued";
+      break;
+    case PreemptionEnd::kCancelledInGrace:
+      s += "; cancelled at " + format_utc(o.at) + " during the grace " + o.detail +
+           ": not requeued, this run is not billed";
+      break;
+    case PreemptionEnd::kCalledOff: break;
+  }
+  s += "; preemption " + std::to_string(e.count_in_window) + of_most + window;
+  if (e.capped_until) s += "; protected from preemption until " + format_utc(e.capped_until);
+  if (victim.preemptible) {
+    const Tier* t = e.advised_tier >= 0 && e.advised_tier < kTierCount
+                        ? &cfg.tiers.tier(static_cast<TierId>(e.advised_tier))
+                        : nullptr;
+    s += ". " + advice_for(cfg, t, e.account, "To avoid preemption retry in a guaranteed tier: ",
+                           false);
   }
   return s;
 }

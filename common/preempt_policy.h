@@ -43,6 +43,9 @@ class PreemptLedger {
   // When the oldest counted preemption leaves the window (0: not capped).
   time_t capped_until(uint32_t job_id, time_t now) const;
   void forget(uint32_t job_id) { history_.erase(job_id); }
+  // Takes back the preemption of `job_id` counted at `when` (one called
+  // off before its grace ended); false when there was none.
+  bool unrecord(uint32_t job_id, time_t when);
   // Drops preemptions that have left the window, and jobs left with none.
   void prune(time_t now);
 
@@ -132,10 +135,37 @@ inline constexpr uint32_t kInGraceRank = 0;  // below every victim_rank()
 
 // The guaranteed tier a preempted job's owner can retry in: the same
 // product line's guaranteed tier (Plan A spot P2 -> P0 lease, Plan B spot
-// P3 -> P1 guaranteed).
+// P3 -> P1 guaranteed).  The policy's first choice; see advised_tier().
 TierId guaranteed_alternative(TierId preempted);
 
-// What the owner reads in `scontrol show job` / `sacct -o SystemComment`.
+// Which Plan C tiers an account may use: slurmdbd's association QoS list,
+// as slurmctld holds it.  `known` is false when slurmctld has no
+// association for the job (accounting not enforced): then nothing is
+// assumed either way.
+struct Entitlement {
+  bool known = false;
+  std::string account;
+  std::vector<std::string> qos;  // tier QoS names the account may use
+  bool allows(const Tier& t) const;
+};
+
+// The guaranteed tier a job of tier `from` whose account has `ent` is told
+// to use to avoid preemption or a spot cap: guaranteed_alternative(from)
+// when the account may use it, else the first other guaranteed tier it may
+// use.  With an unknown entitlement, guaranteed_alternative(from).  nullptr
+// when the account may use no guaranteed tier.
+const Tier* advised_tier(const PlancConfig& cfg, TierId from, const Entitlement& ent);
+
+// What a spot job's owner is told to do instead, after `lead` (e.g. "To
+// avoid preemption retry in a guaranteed tier: "): "--qos=p1-guaranteed"
+// (with ` (P1, <product>)` when `with_product`), or, when the account may
+// use no guaranteed tier, that it has none and whom to ask.
+std::string guaranteed_advice(const PlancConfig& cfg, TierId from, const Entitlement& ent,
+                              std::string_view lead, bool with_product);
+
+// What the owner reads in `scontrol show job` (SystemComment) and, once the
+// run has ended, `sacct -o AdminComment`.  Written when the preemption
+// starts and rewritten when it ends, so it always says what happened.
 struct PreemptionEvent {
   uint32_t victim_job = 0;
   TierId victim_tier = TierId::kP3;
@@ -145,8 +175,57 @@ struct PreemptionEvent {
   uint32_t grace_seconds = 0;
   bool requeue = false;
   uint32_t count_in_window = 0;    // including this one
+  time_t capped_until = 0;         // 0: not capped by this preemption
+  // The advice: the guaranteed tier the account may use (-1: none).
+  int8_t advised_tier = -1;
+  std::string account;
+  bool operator==(const PreemptionEvent&) const = default;
 };
-std::string preemption_note(const PlancConfig& cfg, const PreemptionEvent& e);
+
+// How a preemption ended, as far as the victim's run is concerned.
+enum class PreemptionEnd : uint8_t {
+  kInProgress,        // SIGTERM sent, the grace runs
+  kRequeued,          // Slurm requeued it (end of grace, or no grace)
+  kCancelled,         // not requeueable: Slurm cancelled it (state PREEMPTED)
+  kEndedInGrace,      // ended on its own during the grace: treated as preempted
+  kFinishedInGrace,   // exited with GraceFinishedExitCode: completed, billed
+  kCancelledInGrace,  // cancelled during the grace (scancel)
+  kCalledOff,         // its preemptor no longer needs it: it keeps running
+};
+struct PreemptionOutcome {
+  PreemptionEnd end = PreemptionEnd::kInProgress;
+  time_t at = 0;
+  // kEndedInGrace/kFinishedInGrace: "exit 0", "signal 9";
+  // kCancelledInGrace: "by its owner", "by uid 0";
+  // kCalledOff: "job 10 was cancelled".
+  std::string detail;
+};
+std::string preemption_note(const PlancConfig& cfg, const PreemptionEvent& e,
+                            const PreemptionOutcome& outcome = {});
+
+// "exit 143" or "signal 9" from a wait status as Slurm keeps it.
+std::string describe_wait_status(uint32_t wait_status);
+
+// A run of a job whose preemption was in progress (Slurm's preempt_time
+// set) ended, seen from slurmctld's completion path (jobcomp's callback):
+// what it ended as in Slurm's eyes.
+struct RunEndFacts {
+  enum class Ending : uint8_t { kPreempted, kCompleted, kFailed, kCancelled, kNodeFail, kOther };
+  Ending ending = Ending::kOther;
+  uint32_t wait_status = 0;  // Slurm's job exit_code (a wait status)
+};
+enum class RunEndVerdict : uint8_t {
+  kNotOurs,            // Slurm's own preemption (PREEMPTED) or a node failure
+  kTreatAsPreempted,   // ended on its own during the grace: PREEMPTED, requeued if it may be
+  kFinished,           // exited with GraceFinishedExitCode: COMPLETED, billed
+  kCancelledInGrace,   // scancel during the grace: stays CANCELLED, billed free
+};
+// The policy: "a job that ends in any way while its preemption is in
+// progress is treated as preempted", whether it exits 0, non-zero or by a
+// signal, except a job that says it finished its real work by exiting with
+// GraceFinishedExitCode, and a job cancelled (its owner or an admin chose
+// to end it).
+RunEndVerdict judge_run_end(const PlancConfig& cfg, const RunEndFacts& f);
 
 // "2026-11-29T23:40:01Z".
 std::string format_utc(time_t t);

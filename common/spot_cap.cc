@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "common/preempt_policy.h"  // guaranteed_alternative, format_duration
+#include "common/preempt_policy.h"  // guaranteed_advice, format_duration
 #include "common/state_file.h"
 
 namespace planc {
@@ -180,13 +180,12 @@ std::string format_utc_offset(int32_t s) {
   return buf;
 }
 
-std::optional<std::string> spot_cap_refusal(const PlancConfig& cfg, std::string_view account,
+std::optional<std::string> spot_cap_refusal(const PlancConfig& cfg, const Entitlement& ent,
                                             TierId tier, uint64_t used, time_t now) {
   if (!spot_capped(cfg, tier)) return std::nullopt;
   uint64_t cap = cfg.spot_cap_card_seconds[tier_index(tier)];
   if (used < cap) return std::nullopt;
   const Tier& t = cfg.tiers.tier(tier);
-  const Tier& alt = cfg.tiers.tier(guaranteed_alternative(tier));
   SpotDayRule rule = SpotDayRule::of(cfg);
   time_t reset = rule.next_reset(now);
   time_t local = reset + cfg.spot_utc_offset_seconds;
@@ -199,12 +198,11 @@ std::optional<std::string> spot_cap_refusal(const PlancConfig& cfg, std::string_
                                       std::to_string(left % 3600 / 60) + " min"
                    : left >= 60 ? std::to_string(left / 60) + " min"
                                 : std::to_string(left) + " s";
-  return "daily spot cap reached: account " + std::string(account) + " has used " +
+  return "daily spot cap reached: account " + ent.account + " has used " +
          format_card_hours(used) + " of its " + format_card_hours(cap) + " card-hours of " +
          t.label + " (" + t.qos + ") today, counting running jobs. The cap resets at " + when +
          " UTC" + format_utc_offset(cfg.spot_utc_offset_seconds) + " (in " + in +
-         "). To run now, use a guaranteed tier: --qos=" + alt.qos + " (" + alt.label + ", " +
-         alt.product + ")";
+         "). " + guaranteed_advice(cfg, tier, ent, "To run now, use a guaranteed tier: ", true);
 }
 
 }  // namespace planc

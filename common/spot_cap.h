@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/preempt_policy.h"
 #include "common/result.h"
 
 namespace planc {
@@ -115,9 +116,11 @@ class SpotLedger {
 // True when `tier` has a cap (only spot tiers can).
 bool spot_capped(const PlancConfig& cfg, TierId tier);
 
-// The refusal for a submission to `tier` by `account` with `used`
-// card-seconds today at `now`; nullopt when the cap is not reached.
-std::optional<std::string> spot_cap_refusal(const PlancConfig& cfg, std::string_view account,
+// The refusal for a submission to `tier` by the account of `ent` with
+// `used` card-seconds today at `now`; nullopt when the cap is not reached.
+// It names a guaranteed tier the account may use (advised_tier), or says
+// it has none and whom to ask.
+std::optional<std::string> spot_cap_refusal(const PlancConfig& cfg, const Entitlement& ent,
                                             TierId tier, uint64_t used, time_t now);
 
 // "unlimited" or "2.50 card-hours/day", for logs and scontrol show config.

@@ -130,10 +130,18 @@ SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req) {
   return d;
 }
 
-void apply_spot_cap(const PlancConfig& cfg, const std::string& account, uint64_t used, time_t now,
+Entitlement entitlement_of(const SubmitRequest& req) {
+  Entitlement e;
+  e.known = req.assoc_known;
+  e.account = req.account;
+  e.qos = req.allowed_qos;
+  return e;
+}
+
+void apply_spot_cap(const PlancConfig& cfg, const Entitlement& ent, uint64_t used, time_t now,
                     SubmitDecision* d) {
   if (!d->ok() || !d->tier) return;
-  if (auto msg = spot_cap_refusal(cfg, account, d->tier->id, used, now)) {
+  if (auto msg = spot_cap_refusal(cfg, ent, d->tier->id, used, now)) {
     d->error = SubmitError::kSpotCap;
     d->message = *msg;
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/preempt_policy.h"
 
 namespace planc {
 
@@ -77,9 +78,12 @@ SubmitDecision decide_submit(const PlancConfig& cfg, const SubmitRequest& req);
 // it (to the default partition) when moved to a preemptible tier.
 SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req);
 
+// The account and the tiers it may use, from a request.
+Entitlement entitlement_of(const SubmitRequest& req);
+
 // A decision for `tier` turned into a refusal when the account's daily spot
 // cap is reached (`used`: card-seconds today, common/spot_cap.h).
-void apply_spot_cap(const PlancConfig& cfg, const std::string& account, uint64_t used, time_t now,
+void apply_spot_cap(const PlancConfig& cfg, const Entitlement& ent, uint64_t used, time_t now,
                     SubmitDecision* d);
 
 }  // namespace planc

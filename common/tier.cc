@@ -94,9 +94,6 @@ std::optional<TierTable::Problem> TierTable::validate() const {
       if (a.id < b.id && a.preempts[tier_index(b.id)] && b.preempts[tier_index(a.id)])
         return Problem{b.id, "Preempts",
                        a.label + " and " + b.label + " may not preempt each other"};
-  if (tiers_[0].priority != tiers_[1].priority)
-    return Problem{TierId::kP1, "Priority",
-                   "P0 and P1 must have the same Priority (the policy weighs them equally)"};
   return std::nullopt;
 }
 

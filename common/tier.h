@@ -66,7 +66,9 @@ class TierTable {
   };
   // Checks the table's own consistency; returns the first problem found
   // (names clash, a tier preempts itself or a guaranteed tier, two tiers
-  // preempt each other, P0 and P1 weigh differently).
+  // preempt each other).  What only departs from the policy (P0 made
+  // preemptible, P0 and P1 weighed differently) is valid: see
+  // policy_warnings() in config.h.
   std::optional<Problem> validate() const;
 
   // "p0-lease (P0, also p0, plan-a-lease), ..." for error messages.

@@ -46,8 +46,9 @@ int refuse(const planc::SubmitDecision& d, char** err_msg) {
 // The daily spot cap: a job for a capped tier whose account has used up
 // today's card-hours is refused.  Without slurmctld/planc nothing is
 // counted, so nothing is refused (logged once).
-void check_spot_cap(const planc::PlancConfig& cfg, const std::string& account,
+void check_spot_cap(const planc::PlancConfig& cfg, const planc::SubmitRequest& req,
                     planc::SubmitDecision* d) {
+  const std::string& account = req.account;
   if (!d->ok() || !d->tier || !planc::spot_capped(cfg, d->tier->id) || account.empty()) return;
   time_t now = time(nullptr);
   if (!g_spot_used && now - g_spot_lookup_at >= 10) {
@@ -63,7 +64,7 @@ void check_spot_cap(const planc::PlancConfig& cfg, const std::string& account,
     g_spot_warned = true;
     return;
   }
-  planc::apply_spot_cap(cfg, account, used, now, d);
+  planc::apply_spot_cap(cfg, planc::entitlement_of(req), used, now, d);
 }
 
 int internal_error(const char* where, const char* what, char** err_msg) {
@@ -101,7 +102,7 @@ PLANC_EXPORT int job_submit(job_desc_msg_t* job_desc, uint32_t submit_uid, char*
     const planc::PlancConfig& cfg = *g_config;
     planc::SubmitRequest req = planc::slurm::submit_request(cfg, job_desc);
     planc::SubmitDecision d = planc::decide_submit(cfg, req);
-    check_spot_cap(cfg, req.account, &d);
+    check_spot_cap(cfg, req, &d);
     if (!d.ok()) return refuse(d, err_msg);
     planc::slurm::apply_decision(d, job_desc);
     return SLURM_SUCCESS;
@@ -124,7 +125,7 @@ PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr,
     const planc::PlancConfig& cfg = *g_config;
     planc::SubmitRequest req = planc::slurm::modify_request(cfg, job_desc, job_ptr, submit_uid);
     planc::SubmitDecision d = planc::decide_modify(cfg, req);
-    if (!req.privileged && !req.requested_qos.empty()) check_spot_cap(cfg, req.account, &d);
+    if (!req.privileged && !req.requested_qos.empty()) check_spot_cap(cfg, req, &d);
     if (!d.ok()) {
       // 22.05 cannot pass the text to scontrol; keep it in the log at info
       // so an admin asked "why was my update refused" can find it.

@@ -85,8 +85,8 @@ TEST(ConfigTest, ParsesValues) {
        }},
       {"Tier=P2 Preempts=none",
        [](const PlancConfig& c) { return !c.tiers.can_preempt(TierId::kP2, TierId::kP3); }},
-      // Changing P0 and P1 together over two lines is fine: the equal-weight
-      // rule is checked once the whole file is read.
+      // Changing P0 and P1 together over two lines is fine (an unequal
+      // weight is only warned about: see PolicyWarnings).
       {"Tier=P0 Priority=20000\nTier=P1 Priority=20000",
        [](const PlancConfig& c) { return c.tiers.tier(TierId::kP1).priority == 20000; }},
       {"SpotCapP3=2.5", [](const PlancConfig& c) {
@@ -165,7 +165,6 @@ TEST(ConfigTest, Errors) {
       {"Tier=P2 Preempts=P2", "f.conf:1: key 'Preempts': P2 may not preempt its own tier", ""},
       {"\nTier=P2 Preempts=P1", "f.conf:2: key 'Preempts': P2 may not preempt P1", "guaranteed"},
       {"Tier=P3 Preempts=P2", "f.conf:1: key 'Preempts': P2 and P3 may not preempt each other", ""},
-      {"Tier=P1 Priority=1", "f.conf:1: key 'Priority'", "same Priority"},
       {"Tier=P3 Aliases=lease", "f.conf:1: key 'Aliases': the name 'lease'", "used by both P0 and P3"},
       {"Tier=P3 QOS=p2-spot", "f.conf:1: key 'QOS'", "used by both P2 and P3"},
       {"Tier=P3 QOS=a,b", "f.conf:1: key 'QOS'", "not a QoS name"},
@@ -226,6 +225,57 @@ TEST(ConfigTest, Decimals) {
   EXPECT_EQ(format_micros(350000), "0.35");
   EXPECT_EQ(format_micros(20000000), "20.00");
   EXPECT_EQ(format_micros(12500), "0.0125");
+}
+
+// planc.conf may depart from the policy (admins may choose), but every
+// departure is named, with the invariant it breaks.
+TEST(ConfigTest, PolicyWarnings) {
+  struct Case {
+    const char* text;
+    std::vector<std::string> warnings;
+  };
+  const std::string inv = ": breaks the policy's invariant ";
+  const std::string never = inv + "\"P0 and P1 are never preempted\"";
+  const std::string cap = inv + "\"P0+P1 within GuaranteedCapPercent (at most 80% of the GPUs)\"";
+  const char* part = "GuaranteedPartition=guaranteed\n";
+  const Case cases[] = {
+      {part, {}},
+      {"", {"GuaranteedPartition is not set, so nothing caps the GPUs P0 and P1 hold" + cap}},
+      {"GuaranteedPartition=guaranteed\nGuaranteedCapPercent=90",
+       {"GuaranteedCapPercent=90 lets P0 and P1 hold more than 80% of the GPUs" + cap}},
+      {"GuaranteedPartition=guaranteed\nTier=P0 Preemptible=yes\n"
+       "Tier=P1 Preempts=P0,P2,P3",
+       {"P0 (p0-lease) is preemptible (Preemptible=yes)" + never,
+        "P1 (p1-guaranteed) may preempt P0 (Preempts=)" + never}},
+      {"GuaranteedPartition=guaranteed\nTier=P1 Priority=1",
+       {"P0 has Priority=10000 and P1 Priority=1" + inv + "\"P0 and P1 weigh the same\""}},
+      {"GuaranteedPartition=guaranteed\nTier=P2 Preempts=none",
+       {"P2 may not preempt P3 (Preempts=)" + inv + "\"P2 preempts P3\""}},
+      {"GuaranteedPartition=guaranteed\nTier=P3 Preempts=P2\nTier=P2 Preempts=none",
+       {"P2 may not preempt P3 (Preempts=)" + inv + "\"P2 preempts P3\"",
+        "P3 may preempt P2 (Preempts=)" + inv + "\"P3 preempts nothing\""}},
+      {"GuaranteedPartition=guaranteed\nTier=P3 Preemptible=no\n"
+       "Tier=P0 Preempts=P2\nTier=P1 Preempts=P2\nTier=P2 Preempts=none",
+       {"P3 (p3-spot) is not preemptible (Preemptible=no)" + inv + "\"P2 and P3 are preemptible\"",
+        "P0 may not preempt P3 (Preempts=)" + inv + "\"P0 and P1 preempt P2 and P3\"",
+        "P1 may not preempt P3 (Preempts=)" + inv + "\"P0 and P1 preempt P2 and P3\"",
+        "P2 may not preempt P3 (Preempts=)" + inv + "\"P2 preempts P3\""}},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_config(c.text, "f.conf");
+    ASSERT_TRUE(r.ok()) << c.text << ": " << r.error();
+    EXPECT_EQ(policy_warnings(r.value()), c.warnings) << c.text;
+  }
+}
+
+TEST(ConfigTest, GraceFinishedExitCode) {
+  EXPECT_EQ(parse_config("", "f").value().grace_finished_exit_code, 99);
+  EXPECT_EQ(parse_config("GraceFinishedExitCode=none", "f").value().grace_finished_exit_code, -1);
+  EXPECT_EQ(parse_config("GraceFinishedExitCode=42", "f").value().grace_finished_exit_code, 42);
+  auto bad = parse_config("GraceFinishedExitCode=0", "f.conf");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("f.conf:1: key 'GraceFinishedExitCode'"), std::string::npos)
+      << bad.error();
 }
 
 }  // namespace

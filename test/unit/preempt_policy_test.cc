@@ -201,8 +201,7 @@ TEST(VictimOrderTest, OrderOfRunningJobsNeverChanges) {
     }
 }
 
-TEST(PreemptionNoteTest, SaysWhoWhenGraceAndWhatToDo) {
-  PlancConfig cfg = parse_config("", "x").value();
+PreemptionEvent p2_event() {
   PreemptionEvent e;
   e.victim_job = 10;
   e.victim_tier = TierId::kP2;
@@ -212,19 +211,191 @@ TEST(PreemptionNoteTest, SaysWhoWhenGraceAndWhatToDo) {
   e.grace_seconds = 30;
   e.requeue = true;
   e.count_in_window = 1;
-  EXPECT_EQ(preemption_note(cfg, e),
-            "planc: preempted at 2027-01-15T08:00:00Z by job 99 (P0 p0-lease); SIGTERM sent, "
-            "grace until 2027-01-15T08:00:30Z (30 s to checkpoint); requeued (auto-restart); "
-            "preemption 1 of at most 3 per 24 h");
+  e.account = "acct-spot";
+  e.advised_tier = -1;  // acct-spot may use P2 and P3 only
+  return e;
+}
+
+TEST(PreemptionNoteTest, SaysWhoWhenGraceAndWhatToDo) {
+  PlancConfig cfg = parse_config("", "x").value();
+  PreemptionEvent e = p2_event();
+  const std::string head =
+      "planc: preempted at 2027-01-15T08:00:00Z by job 99 (P0 p0-lease); SIGTERM sent, grace "
+      "until 2027-01-15T08:00:30Z (30 s to checkpoint)";
+  const std::string none =
+      ". account acct-spot may use no guaranteed tier; ask your account coordinator for access "
+      "to p0-lease (P0) or p1-guaranteed (P1)";
+  EXPECT_EQ(preemption_note(cfg, e), head +
+                                         "; to be requeued (auto-restart) when the grace ends; "
+                                         "preemption 1 of at most 3 per 24 h" +
+                                         none);
   e.victim_tier = TierId::kP3;
   e.preemptor_tier = TierId::kP2;
   e.grace_seconds = 0;
   e.requeue = false;
+  e.advised_tier = 1;
   EXPECT_EQ(preemption_note(cfg, e),
             "planc: preempted at 2027-01-15T08:00:00Z by job 99 (P2 p2-spot); no grace (P3); "
             "cancelled (job not requeueable); preemption 1 of at most 3 per 24 h. To avoid "
             "preemption retry in a guaranteed tier: --qos=p1-guaranteed");
   EXPECT_EQ(guaranteed_alternative(TierId::kP2), TierId::kP0);
+}
+
+// The note says what actually happened, once the preemption is over.
+TEST(PreemptionNoteTest, EveryEnding) {
+  PlancConfig cfg = parse_config("", "x").value();
+  PreemptionEvent e = p2_event();
+  e.advised_tier = 0;
+  const time_t at = e.when + 5;
+  const std::string head =
+      "planc: preempted at 2027-01-15T08:00:00Z by job 99 (P0 p0-lease); SIGTERM sent, grace "
+      "until 2027-01-15T08:00:30Z (30 s to checkpoint); ";
+  const std::string tail =
+      "; preemption 1 of at most 3 per 24 h. To avoid preemption retry in a guaranteed tier: "
+      "--qos=p0-lease";
+  struct Case {
+    PreemptionEnd end;
+    bool requeue;
+    const char* detail;
+    std::string middle;  // between head and tail
+  };
+  const Case cases[] = {
+      {PreemptionEnd::kInProgress, true, "", "to be requeued (auto-restart) when the grace ends"},
+      {PreemptionEnd::kInProgress, false, "",
+       "to be cancelled (job not requeueable) when the grace ends"},
+      {PreemptionEnd::kRequeued, true, "", "requeued (auto-restart)"},
+      {PreemptionEnd::kCancelled, false, "", "cancelled (job not requeueable)"},
+      {PreemptionEnd::kEndedInGrace, true, "exit 0",
+       "ended on its own at 2027-01-15T08:00:05Z during the grace (exit 0): treated as "
+       "preempted, requeued (auto-restart)"},
+      {PreemptionEnd::kEndedInGrace, false, "signal 9",
+       "ended on its own at 2027-01-15T08:00:05Z during the grace (signal 9): treated as "
+       "preempted, cancelled (job not requeueable)"},
+      {PreemptionEnd::kFinishedInGrace, true, "exit 99",
+       "finished at 2027-01-15T08:00:05Z during the grace with exit 99 "
+       "(GraceFinishedExitCode): completed and billed, not requeued"},
+      {PreemptionEnd::kCancelledInGrace, true, "by its owner",
+       "cancelled at 2027-01-15T08:00:05Z during the grace by its owner: not requeued, this "
+       "run is not billed"},
+  };
+  for (const Case& c : cases) {
+    e.requeue = c.requeue;
+    EXPECT_EQ(preemption_note(cfg, e, {c.end, at, c.detail}), head + c.middle + tail)
+        << c.middle;
+  }
+  EXPECT_EQ(preemption_note(cfg, e, {PreemptionEnd::kCalledOff, at, "job 99 was cancelled"}),
+            "planc: preemption at 2027-01-15T08:00:00Z by job 99 (P0 p0-lease) called off at "
+            "2027-01-15T08:00:05Z (job 99 was cancelled); SIGTERM was sent at "
+            "2027-01-15T08:00:00Z; this job keeps running and the preemption is not counted (0 "
+            "of at most 3 per 24 h)");
+}
+
+TEST(PreemptionNoteTest, CappedJobIsToldUntilWhen) {
+  PlancConfig cfg = parse_config("", "x").value();
+  PreemptLedger ledger(3, 86400);
+  const time_t t0 = 1800000000;
+  ledger.record(10, t0);
+  ledger.record(10, t0 + 3600);
+  ledger.record(10, t0 + 7200);
+  PreemptionEvent e = p2_event();
+  e.when = t0 + 7200;
+  e.count_in_window = ledger.count_in_window(10, e.when);
+  e.capped_until = ledger.capped_until(10, e.when);
+  EXPECT_EQ(e.capped_until, t0 + 86400);
+  std::string note = preemption_note(cfg, e, {PreemptionEnd::kRequeued, e.when + 30, ""});
+  EXPECT_NE(note.find("; requeued (auto-restart); preemption 3 of at most 3 per 24 h; protected "
+                      "from preemption until 2027-01-16T08:00:00Z. "),
+            std::string::npos)
+      << note;
+}
+
+// Which guaranteed tier a spot job's owner is told to use, by what the
+// account may use.
+TEST(AdviceTest, FollowsTheAccountsEntitlement) {
+  PlancConfig cfg = parse_config("", "x").value();
+  auto ent = [](std::vector<std::string> qos, bool known = true) {
+    Entitlement e;
+    e.known = known;
+    e.account = "acct";
+    e.qos = std::move(qos);
+    return e;
+  };
+  struct Case {
+    const char* name;
+    TierId from;
+    Entitlement ent;
+    const char* advised;  // QoS, nullptr: none
+  };
+  const Case cases[] = {
+      {"P3, account has P1", TierId::kP3, ent({"p1-guaranteed", "p3-spot"}), "p1-guaranteed"},
+      {"P3, account has P0 only", TierId::kP3, ent({"p0-lease", "p3-spot"}), "p0-lease"},
+      {"P3, account has both: the policy's choice", TierId::kP3,
+       ent({"p0-lease", "p1-guaranteed"}), "p1-guaranteed"},
+      {"P2, account has both: the policy's choice", TierId::kP2,
+       ent({"p1-guaranteed", "p0-lease"}), "p0-lease"},
+      {"P2, account has P1 only", TierId::kP2, ent({"p1-guaranteed", "p2-spot"}), "p1-guaranteed"},
+      {"spot-only account", TierId::kP3, ent({"p2-spot", "p3-spot"}), nullptr},
+      {"names compare case-insensitively", TierId::kP3, ent({"P1-Guaranteed"}), "p1-guaranteed"},
+      {"unknown entitlement: the policy's choice", TierId::kP2, ent({}, false), "p0-lease"},
+  };
+  for (const Case& c : cases) {
+    const Tier* t = advised_tier(cfg, c.from, c.ent);
+    if (!c.advised) {
+      EXPECT_EQ(t, nullptr) << c.name;
+      EXPECT_EQ(guaranteed_advice(cfg, c.from, c.ent, "Use: ", false),
+                "account acct may use no guaranteed tier; ask your account coordinator for "
+                "access to p0-lease (P0) or p1-guaranteed (P1)")
+          << c.name;
+    } else {
+      ASSERT_NE(t, nullptr) << c.name;
+      EXPECT_EQ(t->qos, c.advised) << c.name;
+      EXPECT_EQ(guaranteed_advice(cfg, c.from, c.ent, "Use: ", false),
+                std::string("Use: --qos=") + c.advised)
+          << c.name;
+    }
+  }
+}
+
+// "A job that ends in any way while its preemption is in progress is
+// treated as preempted", except by the documented exit code or a cancel.
+TEST(RunEndTest, EndingsDuringTheGrace) {
+  using E = RunEndFacts::Ending;
+  PlancConfig cfg = parse_config("", "x").value();
+  PlancConfig no_code = parse_config("GraceFinishedExitCode=none\n", "x").value();
+  auto exited = [](int code) { return static_cast<uint32_t>(code) << 8; };
+  struct Case {
+    const char* name;
+    const PlancConfig& cfg;
+    RunEndFacts f;
+    RunEndVerdict want;
+  };
+  const Case cases[] = {
+      {"exit 0", cfg, {E::kCompleted, exited(0)}, RunEndVerdict::kTreatAsPreempted},
+      {"exit 143", cfg, {E::kFailed, exited(143)}, RunEndVerdict::kTreatAsPreempted},
+      {"SIGKILL", cfg, {E::kFailed, 9}, RunEndVerdict::kTreatAsPreempted},
+      {"exit 99 (GraceFinishedExitCode)", cfg, {E::kFailed, exited(99)}, RunEndVerdict::kFinished},
+      {"exit 99 with no code set", no_code, {E::kFailed, exited(99)},
+       RunEndVerdict::kTreatAsPreempted},
+      {"signal 99 is not exit 99", cfg, {E::kFailed, 99 & 0x7f}, RunEndVerdict::kTreatAsPreempted},
+      {"scancel", cfg, {E::kCancelled, 0}, RunEndVerdict::kCancelledInGrace},
+      {"Slurm's own preemption", cfg, {E::kPreempted, 0}, RunEndVerdict::kNotOurs},
+      {"node failure", cfg, {E::kNodeFail, 0}, RunEndVerdict::kNotOurs},
+      {"time limit or anything else", cfg, {E::kOther, 0}, RunEndVerdict::kTreatAsPreempted},
+  };
+  for (const Case& c : cases) EXPECT_EQ(judge_run_end(c.cfg, c.f), c.want) << c.name;
+  EXPECT_EQ(describe_wait_status(exited(143)), "exit 143");
+  EXPECT_EQ(describe_wait_status(9), "signal 9");
+}
+
+TEST(PreemptLedgerTest, UnrecordTakesBackOnePreemption) {
+  PreemptLedger l(3, 86400);
+  l.record(7, 100);
+  l.record(7, 200);
+  EXPECT_TRUE(l.unrecord(7, 200));
+  EXPECT_FALSE(l.unrecord(7, 200));
+  EXPECT_EQ(l.count_in_window(7, 300), 1u);
+  EXPECT_TRUE(l.unrecord(7, 100));
+  EXPECT_EQ(l.size(), 0u);
 }
 
 }  // namespace

@@ -155,12 +155,21 @@ TEST(SpotCapTest, StateFileRoundTripAndCorruption) {
   }
 }
 
+Entitlement ent(const std::string& account, std::vector<std::string> qos, bool known = true) {
+  Entitlement e;
+  e.known = known;
+  e.account = account;
+  e.qos = std::move(qos);
+  return e;
+}
+
 TEST(SpotCapTest, RefusalMessage) {
   PlancConfig c = conf("SpotCapP3=2\nSpotCapP2=unlimited");
   const time_t now = kMidnightUtc + 3600;  // 09:00 at UTC+08:00
-  EXPECT_FALSE(spot_cap_refusal(c, "acct-spot", TierId::kP3, 7199, now));
-  EXPECT_FALSE(spot_cap_refusal(c, "acct-spot", TierId::kP2, 1u << 30, now));
-  auto msg = spot_cap_refusal(c, "acct-spot", TierId::kP3, 7200, now);
+  const Entitlement spot_and_api = ent("acct-spot", {"p1-guaranteed", "p3-spot"});
+  EXPECT_FALSE(spot_cap_refusal(c, spot_and_api, TierId::kP3, 7199, now));
+  EXPECT_FALSE(spot_cap_refusal(c, spot_and_api, TierId::kP2, 1u << 30, now));
+  auto msg = spot_cap_refusal(c, spot_and_api, TierId::kP3, 7200, now);
   ASSERT_TRUE(msg);
   EXPECT_EQ(*msg,
             "daily spot cap reached: account acct-spot has used 2.00 of its 2.00 card-hours of "
@@ -168,11 +177,26 @@ TEST(SpotCapTest, RefusalMessage) {
             "UTC+08:00 (in 15 h 0 min). To run now, use a guaranteed tier: --qos=p1-guaranteed "
             "(P1, Plan B guaranteed API and internal critical services)");
   PlancConfig p2 = conf("SpotCapP2=0.01");
-  auto m2 = spot_cap_refusal(p2, "a", TierId::kP2, 40, now);
+  auto m2 = spot_cap_refusal(p2, ent("a", {}, false), TierId::kP2, 40, now);
   ASSERT_TRUE(m2);
   EXPECT_NE(m2->find("used 0.011 of its 0.01 card-hours of P2 (p2-spot)"), std::string::npos)
       << *m2;
   EXPECT_NE(m2->find("--qos=p0-lease (P0"), std::string::npos) << *m2;
+  // The advice follows the account's entitlement: P2's first choice is
+  // P0, but an account with only P1 is told P1, and one with no
+  // guaranteed tier whom to ask.
+  auto m3 = spot_cap_refusal(p2, ent("acct-api", {"p1-guaranteed", "p2-spot"}), TierId::kP2, 40,
+                             now);
+  ASSERT_TRUE(m3);
+  EXPECT_NE(m3->find("To run now, use a guaranteed tier: --qos=p1-guaranteed (P1"),
+            std::string::npos)
+      << *m3;
+  auto m4 = spot_cap_refusal(c, ent("acct-spot", {"p2-spot", "p3-spot"}), TierId::kP3, 7200, now);
+  ASSERT_TRUE(m4);
+  EXPECT_NE(m4->find("(in 15 h 0 min). account acct-spot may use no guaranteed tier; ask your "
+                     "account coordinator for access to p0-lease (P0) or p1-guaranteed (P1)"),
+            std::string::npos)
+      << *m4;
 }
 
 TEST(SpotCapTest, Formatting) {

@@ -151,9 +151,13 @@ TEST(SubmitPolicyTest, SpotCap) {
     SubmitRequest r = assoc({"p0-lease", "p2-spot", "p3-spot"});
     r.requested_qos = k.typed;
     SubmitDecision d = decide_submit(c, r);
-    apply_spot_cap(c, r.account, k.used, 1796000000, &d);
+    apply_spot_cap(c, entitlement_of(r), k.used, 1796000000, &d);
     EXPECT_EQ(d.error, k.error) << k.what;
-    if (!d.ok()) EXPECT_EQ(d.message.rfind("daily spot cap reached: account acme", 0), 0u);
+    if (d.ok()) continue;
+    EXPECT_EQ(d.message.rfind("daily spot cap reached: account acme", 0), 0u);
+    // acme may use P0 but not P1: it is told P0, P3's second choice.
+    EXPECT_NE(d.message.find("use a guaranteed tier: --qos=p0-lease (P0"), std::string::npos)
+        << d.message;
   }
 }
 

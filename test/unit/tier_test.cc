@@ -96,8 +96,6 @@ TEST(TierTableTest, ValidateCatchesInconsistentTables) {
       {"alias clash",
        [](TierTable& t) { t.mutable_tier(TierId::kP3).aliases.push_back("Lease"); }, "Aliases",
        "used by both"},
-      {"unequal guaranteed",
-       [](TierTable& t) { t.mutable_tier(TierId::kP1).priority = 9000; }, "Priority", "same"},
       {"empty qos", [](TierTable& t) { t.mutable_tier(TierId::kP1).qos.clear(); }, "QOS",
        "empty"},
   };
