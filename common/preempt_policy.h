@@ -61,6 +61,7 @@ class PreemptLedger {
                                      uint32_t window_seconds);
 
  private:
+  friend class PreemptionTracker;  // saves the history with its own state
   bool in_window(time_t t, time_t now) const { return t > now || now - t < window_; }
   uint32_t max_count_;
   uint32_t window_;

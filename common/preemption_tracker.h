@@ -1,0 +1,200 @@
+// Everything preempt/planc remembers about preemptions, and what it must do
+// next.
+//
+// Pure: no Slurm, no threads, no clock of its own.  Time comes in as
+// milliseconds since the epoch (wall clock, as Slurm's own times are), so
+// unit tests drive it with a fake clock.  preempt/planc owns one tracker,
+// guarded by its mutex; Slurm's callbacks report events to it and the
+// plugin's worker thread asks it what to do (plan()), does it through
+// Slurm, and reports back (done()).
+//
+// A preemption's life:
+//   start()        Slurm asks for the victim's grace time (GRACE_TIME): the
+//                  preemption is counted (the per-job cap) and, with a
+//                  grace, remembered until the grace ends; without one, the
+//                  victim is watched for kNoGraceKillAfterMs in case it
+//                  outlives Slurm's SIGTERM.
+//   run_ended()    the victim's run ends inside slurmctld (its completion
+//                  path): during the grace that is the victim's own doing
+//                  (it checkpointed and exited, crashed, was cancelled),
+//                  and the policy decides what it becomes (judge_run_end).
+//   plan()/done()  the worker, every tick: end graces on time, call a
+//                  preemption off when its preemptor is gone or runs
+//                  without the victim, SIGKILL a no-grace victim still
+//                  dying, requeue a victim that ended during its grace,
+//                  let a robbed preemptor preempt again.
+// Everything but the no-grace kills is saved in the state file
+// (serialize/parse), so a restarted slurmctld resumes graces on time.
+//
+// Slurm does not tell GRACE_TIME which job is the preemptor; the plugin
+// passes the preemptor of the last preemptable() call (Slurm asks
+// preemptable() for the candidates of one preemptor and then preempts the
+// chosen ones under the same hold of the job write lock).  0 means unknown:
+// such a preemption is never called off.
+#ifndef PLANC_COMMON_PREEMPTION_TRACKER_H_
+#define PLANC_COMMON_PREEMPTION_TRACKER_H_
+
+#include <cstdint>
+#include <ctime>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/preempt_policy.h"
+#include "common/result.h"
+
+namespace planc {
+
+using TimeMs = int64_t;  // milliseconds since the epoch
+
+// How long a victim without grace may take to die of Slurm's SIGTERM before
+// the plugin SIGKILLs it (Slurm alone: at least 5 s, slurmd's
+// MAX(KillWait, 5)).
+inline constexpr TimeMs kNoGraceKillAfterMs = 500;
+// A preemptor still waiting this long after its preemption is left to
+// Slurm (something else holds it back).
+inline constexpr time_t kPreemptorWatchSeconds = 600;
+// The grace ends this long after its deadline second: Slurm compares
+// end_time with whole seconds (now >= end_time).
+inline constexpr TimeMs kGraceSlackMs = 50;
+
+// What slurmctld shows of one watched job (the adapter reads it under the
+// job read lock).
+struct JobView {
+  enum class State : uint8_t { kGone, kPending, kRunning, kCompleting, kFinished };
+  State state = State::kGone;
+  bool in_preemption = false;       // a victim: Slurm's preempt_time is set
+  bool preempted_state = false;     // its base state is PREEMPTED
+  bool waits_on_preemption = false; // a preemptor: pending with preempt_start_time set
+  bool cancelled = false;           // finished as CANCELLED
+};
+
+struct TrackerAction {
+  enum class Kind : uint8_t {
+    kEndGrace,          // the grace is over: kill, then requeue or cancel (Slurm's preemption)
+    kCallOff,           // the preemptor no longer needs the victim: give it its run back
+    kKill,              // SIGKILL a no-grace victim still dying
+    kRequeue,           // requeue a victim that ended on its own during its grace
+    kReleasePreemptor,  // its victims are gone but it still waits: let it preempt again
+  };
+  Kind kind;
+  uint32_t job_id = 0;     // the victim; the preemptor for kReleasePreemptor
+  uint32_t preemptor = 0;  // kEndGrace, kCallOff
+  std::string reason;      // kCallOff: "job 10 was cancelled"
+  // The victim's preemption, for its note (kEndGrace, kCallOff, kRequeue);
+  // when == 0 if the tracker never saw it start (a state file lost).
+  PreemptionEvent event;
+  bool operator==(const TrackerAction&) const = default;
+};
+
+class PreemptionTracker {
+ public:
+  PreemptionTracker(uint32_t max_count, uint32_t window_seconds)
+      : ledger_(max_count, window_seconds) {}
+
+  // --- the per-job cap (hot path: no allocation) ---
+  const PreemptLedger& ledger() const { return ledger_; }
+  bool capped(uint32_t job_id, time_t now) const { return ledger_.capped(job_id, now); }
+
+  // --- events from Slurm's callbacks ---
+
+  // A preemption starts at e.when (seconds) / now_ms.  Counts it and returns
+  // the event completed with count_in_window and capped_until, for the note.
+  PreemptionEvent start(PreemptionEvent e, TimeMs now_ms);
+
+  // The run of `job_id` ended inside slurmctld while Slurm's preempt_time
+  // was set.  `requeueable`: Slurm may requeue the job.  Returns what the
+  // policy makes of it and, for the owner's note, the preemption it ended
+  // (nullopt when the tracker has none in grace for it, e.g. Slurm's own
+  // preemption completing, or the record of a requeue the worker asked
+  // for: see kDuplicate).
+  struct RunEnd {
+    enum class Kind : uint8_t {
+      kNone,            // nothing to change
+      kDuplicate,       // the record Slurm writes again when the worker requeues (kRequeue)
+      kTreatAsPreempted,
+      kFinished,
+      kCancelledInGrace,
+    };
+    Kind kind = Kind::kNone;
+    std::optional<PreemptionEvent> event;
+  };
+  RunEnd run_ended(uint32_t job_id, RunEndVerdict verdict, bool requeueable);
+
+  // --- the worker ---
+
+  // The jobs whose state plan() needs.
+  std::vector<uint32_t> watched() const;
+  // What to do now.  Jobs missing from `seen` count as gone.  Drops what
+  // needs no more watching (an ended preemptor, a victim that is over).
+  std::vector<TrackerAction> plan(TimeMs now_ms, const std::map<uint32_t, JobView>& seen);
+  // The worker did (happened) or could not do an action.  kCallOff that
+  // happened takes the preemption back from the ledger; kEndGrace or
+  // kCallOff that did not happen (the job changed meanwhile) stays for the
+  // next plan().
+  void done(const TrackerAction& a, bool happened);
+  // Marks a kRequeue as under way: the record Slurm writes while the
+  // worker requeues is then a kDuplicate.  Cleared by done().
+  void requeuing(uint32_t job_id);
+  // When plan() next has something due (a grace deadline, a kill), or
+  // nullopt.  Robbed preemptors and requeues are found on ticks.
+  std::optional<TimeMs> next_due() const;
+  // Whether anything is in flight (the worker then ticks often).
+  bool busy() const { return !victims_.empty() || !preemptors_.empty(); }
+
+  // Ledger housekeeping: drop preemptions that left the window, and jobs
+  // that ended (`ended`: from the jobs in the ledger, those Slurm no longer
+  // runs or holds).
+  void prune(time_t now) { ledger_.prune(now); }
+  void forget(const std::vector<uint32_t>& ended);
+
+  // Changed since the last serialize().
+  bool dirty() const { return dirty_; }
+  // The state file's text (common/state_file.h framing): the ledger, the
+  // preemptions in grace, the ones whose requeue is pending, and the
+  // preemptors in flight.  Clears dirty().
+  std::string serialize();
+  // Reads that text, and version 1 files (the ledger alone).
+  static Result<PreemptionTracker> parse(std::string_view text, uint32_t max_count,
+                                         uint32_t window_seconds);
+
+  // For tests and logs.
+  size_t in_grace() const;
+  bool operator==(const PreemptionTracker& o) const {
+    return ledger_ == o.ledger_ && victims_ == o.victims_ && preemptors_ == o.preemptors_;
+  }
+
+ private:
+  enum class Phase : uint8_t {
+    kGrace,           // in its grace; ends at event.when + grace
+    kKillCheck,       // no grace: SIGKILL at kill_due if still dying (not saved)
+    kRequeuePending,  // ended on its own during the grace; to be requeued
+    kRequeuing,       // the worker is requeueing it now
+  };
+  struct Victim {
+    PreemptionEvent event;
+    Phase phase = Phase::kGrace;
+    TimeMs kill_due = 0;
+    bool operator==(const Victim&) const = default;
+  };
+  struct Preemptor {
+    std::vector<uint32_t> victims;
+    time_t since = 0;
+    bool operator==(const Preemptor&) const = default;
+  };
+  static TimeMs grace_end_ms(const PreemptionEvent& e) {
+    return (static_cast<TimeMs>(e.when) + e.grace_seconds) * 1000 + kGraceSlackMs;
+  }
+  void drop_victim(uint32_t job_id);
+
+  PreemptLedger ledger_;
+  std::map<uint32_t, Victim> victims_;
+  std::map<uint32_t, Preemptor> preemptors_;
+  bool dirty_ = false;
+};
+
+}  // namespace planc
+
+#endif  // PLANC_COMMON_PREEMPTION_TRACKER_H_

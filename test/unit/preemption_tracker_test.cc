@@ -1,0 +1,282 @@
+// PreemptionTracker with a fake clock: every action it asks the worker
+// for, the per-job cap, and its state file.
+#include "common/preemption_tracker.h"
+
+#include <gtest/gtest.h>
+
+namespace planc {
+namespace {
+
+using K = TrackerAction::Kind;
+using S = JobView::State;
+
+constexpr time_t kT0 = 1800000000;  // 2027-01-15T08:00:00Z
+constexpr TimeMs kT0ms = kT0 * 1000;
+constexpr uint32_t kVictim = 10, kPreemptor = 99;
+
+PreemptionEvent event(uint32_t victim = kVictim, uint32_t grace = 30, time_t when = kT0,
+                      bool requeue = true, uint32_t preemptor = kPreemptor) {
+  PreemptionEvent e;
+  e.victim_job = victim;
+  e.victim_tier = grace ? TierId::kP2 : TierId::kP3;
+  e.preemptor_job = preemptor;
+  e.preemptor_tier = TierId::kP0;
+  e.when = when;
+  e.grace_seconds = grace;
+  e.requeue = requeue;
+  e.account = "acct spot/ü";  // survives the state file
+  e.advised_tier = 0;
+  return e;
+}
+
+JobView view(S s, bool in_preemption = false, bool waits = false) {
+  JobView v;
+  v.state = s;
+  v.in_preemption = in_preemption;
+  v.waits_on_preemption = waits;
+  return v;
+}
+
+// The victim running in its grace, the preemptor pending on it.
+std::map<uint32_t, JobView> in_grace() {
+  return {{kVictim, view(S::kRunning, true)}, {kPreemptor, view(S::kPending, false, true)}};
+}
+
+std::vector<K> kinds(const std::vector<TrackerAction>& a) {
+  std::vector<K> k;
+  for (const auto& x : a) k.push_back(x.kind);
+  return k;
+}
+
+TEST(PreemptionTrackerTest, GraceEndsOnTimeNotBefore) {
+  PreemptionTracker t(3, 86400);
+  PreemptionEvent e = t.start(event(), kT0ms + 300);
+  EXPECT_EQ(e.count_in_window, 1u);
+  EXPECT_EQ(e.capped_until, 0);
+  EXPECT_EQ(t.in_grace(), 1u);
+  EXPECT_EQ(t.next_due(), kT0ms + 30'000 + kGraceSlackMs);
+  EXPECT_TRUE(t.plan(kT0ms + 30'000, in_grace()).empty()) << "Slurm compares whole seconds";
+  auto a = t.plan(kT0ms + 30'000 + kGraceSlackMs, in_grace());
+  ASSERT_EQ(kinds(a), std::vector<K>{K::kEndGrace});
+  EXPECT_EQ(a[0].job_id, kVictim);
+  EXPECT_EQ(a[0].preemptor, kPreemptor);
+  EXPECT_EQ(a[0].event.when, kT0);
+  // Not done (the job changed under the write lock): asked again.
+  t.done(a[0], false);
+  EXPECT_EQ(kinds(t.plan(kT0ms + 31'000, in_grace())), std::vector<K>{K::kEndGrace});
+  t.done(a[0], true);
+  EXPECT_EQ(t.in_grace(), 0u);
+  EXPECT_FALSE(t.next_due());
+  // The count stays: the preemption happened.
+  EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 31), 1u);
+}
+
+TEST(PreemptionTrackerTest, CalledOffWhenThePreemptorNoLongerNeedsTheVictim) {
+  struct Case {
+    const char* name;
+    JobView preemptor;
+    const char* reason;  // nullptr: not called off
+  };
+  JobView cancelled = view(S::kFinished);
+  cancelled.cancelled = true;
+  const Case cases[] = {
+      {"cancelled", cancelled, "job 99 was cancelled"},
+      {"ended", view(S::kFinished), "job 99 ended"},
+      {"purged", view(S::kGone), "job 99 is gone"},
+      {"started elsewhere", view(S::kRunning), "job 99 started without it"},
+      {"still waiting", view(S::kPending, false, true), nullptr},
+      {"pending, not yet marked", view(S::kPending), nullptr},
+  };
+  for (const Case& c : cases) {
+    PreemptionTracker t(3, 86400);
+    t.start(event(), kT0ms);
+    auto seen = in_grace();
+    seen[kPreemptor] = c.preemptor;
+    auto a = t.plan(kT0ms + 3'000, seen);
+    if (!c.reason) {
+      EXPECT_TRUE(a.empty()) << c.name;
+      continue;
+    }
+    ASSERT_EQ(kinds(a), std::vector<K>{K::kCallOff}) << c.name;
+    EXPECT_EQ(a[0].reason, c.reason) << c.name;
+    t.done(a[0], true);
+    EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 3), 0u) << c.name << ": not counted";
+    EXPECT_EQ(t.in_grace(), 0u) << c.name;
+    EXPECT_FALSE(t.busy()) << c.name;
+  }
+}
+
+TEST(PreemptionTrackerTest, UnknownPreemptorIsNeverCalledOff) {
+  PreemptionTracker t(3, 86400);
+  t.start(event(kVictim, 30, kT0, true, 0), kT0ms);
+  EXPECT_TRUE(t.plan(kT0ms + 3'000, {{kVictim, view(S::kRunning, true)}}).empty());
+  EXPECT_EQ(kinds(t.plan(kT0ms + 31'000, {{kVictim, view(S::kRunning, true)}})),
+            std::vector<K>{K::kEndGrace});
+}
+
+TEST(PreemptionTrackerTest, NoGraceVictimIsKilledOnlyIfStillDying) {
+  for (S later : {S::kCompleting, S::kPending, S::kGone}) {
+    PreemptionTracker t(3, 86400);
+    t.start(event(kVictim, 0), kT0ms);
+    EXPECT_EQ(t.next_due(), kT0ms + kNoGraceKillAfterMs);
+    // Slurm's own requeue ran at once: the record it writes is Slurm's.
+    EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true).kind,
+              PreemptionTracker::RunEnd::Kind::kNone);
+    std::map<uint32_t, JobView> seen = {{kVictim, view(later)}};
+    EXPECT_TRUE(t.plan(kT0ms + kNoGraceKillAfterMs - 1, seen).empty());
+    auto a = t.plan(kT0ms + kNoGraceKillAfterMs, seen);
+    EXPECT_EQ(kinds(a), later == S::kCompleting ? std::vector<K>{K::kKill} : std::vector<K>{});
+    EXPECT_TRUE(t.plan(kT0ms + 5'000, seen).empty()) << "killed once";
+  }
+}
+
+TEST(PreemptionTrackerTest, VictimThatEndsInItsGraceIsRequeuedOnce) {
+  using RK = PreemptionTracker::RunEnd::Kind;
+  PreemptionTracker t(3, 86400);
+  t.start(event(), kT0ms);
+  auto r = t.run_ended(kVictim, RunEndVerdict::kTreatAsPreempted, true);
+  EXPECT_EQ(r.kind, RK::kTreatAsPreempted);
+  ASSERT_TRUE(r.event);
+  EXPECT_EQ(r.event->preemptor_job, kPreemptor);
+  EXPECT_EQ(t.in_grace(), 0u) << "no grace to end any more";
+  JobView over = view(S::kCompleting, true);
+  over.preempted_state = true;
+  auto a = t.plan(kT0ms + 5'000, {{kVictim, over}, {kPreemptor, view(S::kPending, false, true)}});
+  ASSERT_EQ(kinds(a), std::vector<K>{K::kRequeue});
+  t.requeuing(kVictim);
+  // Slurm logs the run again while requeueing it: not a second bill.
+  EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true).kind, RK::kDuplicate);
+  t.done(a[0], true);
+  EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true).kind, RK::kNone);
+  EXPECT_TRUE(t.plan(kT0ms + 6'000, {{kVictim, view(S::kPending)}}).empty());
+  EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 6), 1u);
+}
+
+TEST(PreemptionTrackerTest, OtherEndingsInTheGraceNeedNoAction) {
+  using RK = PreemptionTracker::RunEnd::Kind;
+  struct Case {
+    RunEndVerdict verdict;
+    bool requeueable;
+    RK kind;
+  };
+  const Case cases[] = {
+      {RunEndVerdict::kTreatAsPreempted, false, RK::kTreatAsPreempted},
+      {RunEndVerdict::kFinished, true, RK::kFinished},
+      {RunEndVerdict::kCancelledInGrace, true, RK::kCancelledInGrace},
+      {RunEndVerdict::kNotOurs, true, RK::kNone},
+  };
+  for (const Case& c : cases) {
+    PreemptionTracker t(3, 86400);
+    t.start(event(), kT0ms);
+    auto r = t.run_ended(kVictim, c.verdict, c.requeueable);
+    EXPECT_EQ(r.kind, c.kind);
+    JobView over = view(S::kFinished, true);
+    over.preempted_state = c.kind == RK::kTreatAsPreempted;
+    over.cancelled = c.kind == RK::kCancelledInGrace;
+    EXPECT_TRUE(t.plan(kT0ms + 40'000, {{kVictim, over}}).empty());
+    EXPECT_FALSE(t.busy());
+  }
+}
+
+// A run that ended on its own during the grace without run_ended() (Slurm's
+// JobCompType is not jobcomp/planc) is still requeued.
+TEST(PreemptionTrackerTest, EndWithoutTheCompletionHookIsStillRequeued) {
+  PreemptionTracker t(3, 86400);
+  t.start(event(), kT0ms);
+  EXPECT_EQ(kinds(t.plan(kT0ms + 5'000, {{kVictim, view(S::kFinished, true)}})),
+            std::vector<K>{K::kRequeue});
+}
+
+TEST(PreemptionTrackerTest, RobbedPreemptorIsReleasedOnceItsVictimsAreGone) {
+  PreemptionTracker t(3, 86400);
+  t.start(event(kVictim, 0), kT0ms);
+  t.start(event(kVictim + 1, 0), kT0ms);
+  std::map<uint32_t, JobView> seen = {{kVictim, view(S::kPending)},
+                                      {kVictim + 1, view(S::kCompleting)},
+                                      {kPreemptor, view(S::kPending, false, true)}};
+  EXPECT_TRUE(t.plan(kT0ms + 100, seen).empty()) << "one victim still holds its resources";
+  seen[kVictim + 1] = view(S::kPending);
+  auto a = t.plan(kT0ms + 200, seen);
+  ASSERT_EQ(kinds(a), std::vector<K>{K::kReleasePreemptor});
+  EXPECT_EQ(a[0].job_id, kPreemptor);
+  EXPECT_TRUE(t.plan(kT0ms + 300, seen).empty()) << "released once";
+}
+
+TEST(PreemptionTrackerTest, PreemptorThatRunsIsForgotten) {
+  PreemptionTracker t(3, 86400);
+  t.start(event(kVictim, 0), kT0ms);
+  auto a = t.plan(kT0ms + 1'000, {{kVictim, view(S::kPending)}, {kPreemptor, view(S::kRunning)}});
+  EXPECT_TRUE(a.empty());
+  EXPECT_FALSE(t.busy());
+}
+
+TEST(PreemptionTrackerTest, TheThirdPreemptionCapsUntilTheFirstLeavesTheWindow) {
+  PreemptionTracker t(3, 86400);
+  for (int i = 0; i < 3; i++) {
+    PreemptionEvent e = t.start(event(kVictim, 0, kT0 + i * 3600), (kT0 + i * 3600) * 1000);
+    EXPECT_EQ(e.count_in_window, static_cast<uint32_t>(i + 1));
+    EXPECT_EQ(e.capped_until, i == 2 ? kT0 + 86400 : 0);
+  }
+  EXPECT_TRUE(t.capped(kVictim, kT0 + 86399));
+  EXPECT_FALSE(t.capped(kVictim, kT0 + 86400));
+}
+
+TEST(PreemptionTrackerTest, StateFileKeepsGracesAcrossARestart) {
+  PreemptionTracker t(3, 86400);
+  t.start(event(), kT0ms);                          // in grace
+  t.start(event(kVictim + 1, 0), kT0ms);             // no grace: not saved
+  t.start(event(kVictim + 2), kT0ms);
+  t.run_ended(kVictim + 2, RunEndVerdict::kTreatAsPreempted, true);  // requeue pending
+  EXPECT_TRUE(t.dirty());
+  std::string text = t.serialize();
+  EXPECT_FALSE(t.dirty());
+  auto r = PreemptionTracker::parse(text, 3, 86400);
+  ASSERT_TRUE(r.ok()) << r.error();
+  PreemptionTracker back = std::move(r).value();
+  EXPECT_EQ(back.ledger(), t.ledger());
+  EXPECT_EQ(back.in_grace(), 1u);
+  EXPECT_EQ(back.serialize(), t.serialize());
+  // After the restart the grace still ends on time, with the note's facts.
+  JobView over = view(S::kCompleting, true);
+  over.preempted_state = true;
+  auto seen = in_grace();
+  seen[kVictim + 2] = over;
+  auto a = back.plan(kT0ms + 30'100, seen);
+  ASSERT_EQ(kinds(a), (std::vector<K>{K::kEndGrace, K::kRequeue}));
+  PreemptionEvent want = event();
+  want.count_in_window = 1;
+  EXPECT_EQ(a[0].event, want);
+}
+
+TEST(PreemptionTrackerTest, ReadsVersion1AndRejectsDamage) {
+  PreemptLedger old(3, 86400);
+  old.record(5, kT0);
+  old.record(5, kT0 + 10);
+  auto v1 = PreemptionTracker::parse(old.serialize(), 3, 86400);
+  ASSERT_TRUE(v1.ok()) << v1.error();
+  EXPECT_EQ(v1.value().ledger().count_in_window(5, kT0 + 20), 2u);
+
+  PreemptionTracker t(3, 86400);
+  t.start(event(), kT0ms);
+  std::string good = t.serialize();
+  std::string flipped = good;
+  flipped[good.find("V ") + 2] ^= 1;
+  for (const std::string& bad : {good.substr(0, good.size() / 2), flipped, std::string("x\n")}) {
+    auto r = PreemptionTracker::parse(bad, 3, 86400);
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+}
+
+TEST(PreemptionTrackerTest, ForgetsEndedJobsButNotThoseInFlight) {
+  PreemptionTracker t(3, 86400);
+  t.start(event(), kT0ms);
+  t.start(event(kVictim + 1, 0), kT0ms);
+  t.plan(kT0ms + 1'000, {{kVictim, view(S::kRunning, true)},
+                         {kPreemptor, view(S::kPending, false, true)}});
+  t.forget({kVictim, kVictim + 1});
+  EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 1), 1u) << "in its grace";
+  EXPECT_EQ(t.ledger().count_in_window(kVictim + 1, kT0 + 1), 0u);
+}
+
+}  // namespace
+}  // namespace planc
