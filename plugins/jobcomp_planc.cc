@@ -45,6 +45,7 @@
 #include "common/bill_store.h"
 #include "common/billing.h"
 #include "common/file_util.h"
+#include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
 #include "plugins/worker_thread.h"
 
@@ -70,6 +71,12 @@ int g_fd = -1;                   // GUARDED_BY(g_spool_mu)
 uint64_t g_seq = 0;              // GUARDED_BY(g_spool_mu): number of g_fd's file
 uint64_t g_bytes = 0;            // GUARDED_BY(g_spool_mu): bytes in g_fd's file
 std::deque<std::string> g_unwritten;  // GUARDED_BY(g_spool_mu): write(2) failed
+
+// preempt/planc's completion hook (plugins/planc_shared.h), looked up on
+// first use and again at most every 10 s while missing (PreemptType may be
+// another plugin).  Only touched in log_record (job write lock).
+planc_preempt_run_end_fn g_run_end = nullptr;
+time_t g_run_end_lookup_at = 0;
 
 // Start of the current size of each resized running job: Slurm moves
 // resize_time to the moment of a resize before it logs the size that ended.
@@ -413,7 +420,18 @@ PLANC_EXPORT int jobcomp_p_set_location(char* location) {
 PLANC_EXPORT int jobcomp_p_log_record(job_record_t* job) {
   try {
     if (!g_in_ctld || !job) return SLURM_SUCCESS;
+    // First preempt/planc: a run that ended during its grace may become
+    // PREEMPTED (or COMPLETED) here, before it is billed and before Slurm's
+    // accounting record, which follows this callback.
+    if (!g_run_end && time(nullptr) - g_run_end_lookup_at >= 10) {
+      g_run_end_lookup_at = time(nullptr);
+      g_run_end = reinterpret_cast<planc_preempt_run_end_fn>(
+          planc::find_plugin_symbol(PLANC_PREEMPT_OBJECT, PLANC_PREEMPT_RUN_END_SYMBOL));
+    }
+    const int run_end = g_run_end ? g_run_end(job) : 0;
+    if (run_end & kRunEndDuplicate) return SLURM_SUCCESS;  // already billed
     Segment seg = planc::slurm::segment_of(job);
+    seg.preempted = run_end & kRunEndPreempted;
     auto size = g_size_start.find(job->job_id);
     if (IS_JOB_RESIZING(job)) {
       seg.start_time = size != g_size_start.end() ? size->second : job->start_time;

@@ -27,26 +27,53 @@ typedef int (*planc_spot_used_fn)(const char* account, int tier, int64_t now, ui
 #define PLANC_SPOT_USED_SYMBOL "planc_spot_used_v1"
 #define PLANC_SLURMCTLD_OBJECT "slurmctld_planc.so"
 
+// preempt/planc's hook in slurmctld's completion path, called by
+// jobcomp/planc's log_record (job write lock held) for every run that ends,
+// before the run is billed and before Slurm's accounting record: a run that
+// ended while its preemption was in progress is what the policy says it is
+// (judge_run_end).  The job record may be changed (its state, the owner's
+// note).  Returns kRunEnd* flags.  Non-blocking (a short mutex).
+typedef int (*planc_preempt_run_end_fn)(void* job_record);
+#define PLANC_PREEMPT_RUN_END_SYMBOL "planc_preempt_run_end_v1"
+#define PLANC_PREEMPT_OBJECT "preempt_planc.so"
+// The run was ended by a preemption: bill it as preempted.
+inline constexpr int kRunEndPreempted = 1;
+// A record Slurm writes again while preempt/planc requeues the job: the
+// run is already billed.
+inline constexpr int kRunEndDuplicate = 2;
+
 namespace planc {
 
-// The query function of the loaded slurmctld/planc, or nullptr when it is
-// not loaded.  Walks the loaded objects (no file I/O).
-inline planc_spot_used_fn find_spot_used() {
-  std::string path;
+// `symbol` in the loaded Plan C plugin `object` (e.g. "slurmctld_planc.so"),
+// or nullptr when that plugin is not loaded.  Walks the loaded objects (no
+// file I/O) and keeps a reference to the object (see above).
+inline void* find_plugin_symbol(const char* object, const char* symbol) {
+  struct Want {
+    std::string suffix;
+    std::string path;
+  } want{std::string("/") + object, ""};
   dl_iterate_phdr(
       [](struct dl_phdr_info* info, size_t, void* arg) {
+        auto* w = static_cast<Want*>(arg);
         const char* name = info->dlpi_name;
-        size_t n = name ? std::strlen(name) : 0, m = std::strlen("/" PLANC_SLURMCTLD_OBJECT);
-        if (n < m || std::strcmp(name + n - m, "/" PLANC_SLURMCTLD_OBJECT)) return 0;
-        *static_cast<std::string*>(arg) = name;
+        size_t n = name ? std::strlen(name) : 0, m = w->suffix.size();
+        if (n < m || std::strcmp(name + n - m, w->suffix.c_str())) return 0;
+        w->path = name;
         return 1;
       },
-      &path);
-  if (path.empty()) return nullptr;
-  void* handle = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+      &want);
+  if (want.path.empty()) return nullptr;
+  void* handle = dlopen(want.path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
   if (!handle) return nullptr;
   // The reference is kept on purpose (see above).
-  return reinterpret_cast<planc_spot_used_fn>(dlsym(handle, PLANC_SPOT_USED_SYMBOL));
+  return dlsym(handle, symbol);
+}
+
+// The query function of the loaded slurmctld/planc, or nullptr when it is
+// not loaded.
+inline planc_spot_used_fn find_spot_used() {
+  return reinterpret_cast<planc_spot_used_fn>(
+      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_SPOT_USED_SYMBOL));
 }
 
 }  // namespace planc

@@ -1,46 +1,41 @@
 // preempt/planc: the Plan C preemption policy, a drop-in for preempt/qos.
 //
 // Slurm keeps the candidate search and the locks (src/slurmctld/preempt.c);
-// this plugin answers its questions from common/preempt_policy.*:
-//   preemptable   the tier matrix from planc.conf, and the per-job cap
-//                 (at most PreemptMaxCount preemptions in PreemptWindow);
+// this plugin answers its questions from the core (common/preempt_policy.h,
+// common/preemption_tracker.h):
+//   preemptable   the tier matrix from planc.conf, and the per-job cap;
 //   MODE          requeue when the job is requeueable, else cancel;
 //                 guaranteed tiers OFF (never preempted);
 //   PRIO          the victim order (a job already in grace first, then P3,
-//                 fewest recent preemptions, shortest current run in
-//                 clock minutes);
+//                 fewest recent preemptions, shortest current run);
 //   GRACE_TIME    asked exactly once when a preemption starts: the tier's
-//                 grace, and the moment the preemption is counted and the
-//                 owner's note (SystemComment) is written.
-// All entry points run inside slurmctld with its job lock held.  The
-// ledger has its own mutex, always taken after slurmctld's locks and never
-// held across I/O; a background thread writes the state file, forgets
-// jobs that have ended, ends grace periods on time (kill, then wake the
-// scheduler), and lets a preemptor whose freed resources went to another
-// job preempt again at once (see g_in_flight).
+//                 grace; the preemption is counted, the owner's note
+//                 written and the batch script sent SIGTERM.
+// planc_preempt_run_end_v1 is called by jobcomp/planc when any run ends: a
+// victim that ends during its grace is what the policy says it is.
+// A worker thread carries out what the tracker asks for (end graces on
+// time, call preemptions off, kill, requeue, release robbed preemptors) and
+// saves the state file.
+//
+// Locks: Slurm's entry points hold slurmctld's job lock; the plugin's mutex
+// is always taken after slurmctld's locks, never held across a call into
+// Slurm or any I/O.
 #include "plugins/slurm_compat.h"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
+#include <chrono>
 #include <condition_variable>
-#include <cstdio>
-#include <cstring>
 #include <exception>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <set>
 #include <sstream>
 #include <thread>
-#include <vector>
 
-#include "common/job_marks.h"
 #include "common/preempt_policy.h"
+#include "common/preemption_tracker.h"
 #include "common/state_file.h"
+#include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
 #include "plugins/worker_thread.h"
 
@@ -50,398 +45,304 @@ PLANC_EXPORT const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
 namespace {
 
-using planc::PreemptLedger;
+using planc::PreemptionTracker;
 using planc::Tier;
 using planc::TierId;
-
-std::shared_ptr<const planc::PlancConfig> g_config;
-std::unique_ptr<planc::QosTierCache> g_tiers;  // over g_config->tiers
-std::string g_state_path;
-
-std::mutex g_mu;
-std::unique_ptr<PreemptLedger> g_ledger;  // GUARDED_BY(g_mu)
-bool g_dirty = false;                     // GUARDED_BY(g_mu)
-// Wakes the worker before its next tick: set for a new grace deadline (it
-// may come before the tick) and at stop.  A preemption without grace does
-// not wake it: that would happen inside slurmctld's scheduling cycle, and
-// the woken worker would take the CPU from the cycle, which holds the job
-// write lock (on bench-preempt this alone made main cycles 1.5-2.6x longer
-// in wall time than preempt/qos's at the same CPU time per cycle).
-bool g_wake = false;                      // GUARDED_BY(g_mu)
-// True while the worker sleeps its long (idle) sleep: the first preemption
-// after a quiet spell wakes it, the rest of a burst waits for its tick.
-bool g_worker_idle = false;               // GUARDED_BY(g_mu)
-// Victims without grace that get a SIGKILL if Slurm's SIGTERM has not ended
-// them by `due`; see grace_and_count.
-struct PendingKill {
-  planc::slurm::JobSignal signal;
-  std::chrono::steady_clock::time_point due;
-};
-std::vector<PendingKill> g_kills;  // GUARDED_BY(g_mu)
-// How long a victim without grace may take to die of Slurm's SIGTERM
-// before the worker SIGKILLs it (Slurm alone: at least 5 s).
-constexpr auto kNoGraceKillAfter = std::chrono::milliseconds(500);
-// The jobs g_ledger may hold, readable without g_mu: the preemptable check
-// and the victim rank take the lock only for those.  Written under g_mu.
-planc::LedgerFilter g_in_ledger;
-bool g_stop = false;                      // GUARDED_BY(g_mu)
-// Ends of grace periods in progress.  Slurm finishes a preemption only when
-// the scheduler next tries the preemptor after the grace has run out, which
-// can be a whole sched_interval (60 s by default) later; the worker wakes
-// the scheduler at each deadline instead.
-struct GraceEnd {
-  time_t deadline;
-  uint32_t victim;
-  uint32_t preemptor;  // 0: unknown
-  bool operator<(const GraceEnd& o) const { return deadline < o.deadline; }
-};
-std::multiset<GraceEnd> g_grace_ends;  // GUARDED_BY(g_mu)
-// Preemptions in flight: preemptor -> its victims, from GRACE_TIME until the
-// preemptor runs.  When a victim's resources are freed, the next scheduling
-// pass may give them to another pending job first (a preemptor higher in
-// the queue, say).  The preemptor is then "robbed": Slurm will not let it
-// preempt again for KillWait + MessageTimeout after its last preemption
-// (node_scheduler.c, `kill_pending`), and as the head of its partition it
-// makes every main pass give up on that partition.  Only backfill moves
-// on, once per bf_interval, and its burst of preemptions robs the next
-// preemptor: starts come in waves.  The worker clears the preemptor's
-// preempt_start_time as soon as all its victims are gone (not running, not
-// completing), which is exactly when Slurm's wait has nothing left to wait
-// for.  See README, "Robbed preemptors".
-struct InFlight {
-  std::vector<uint32_t> victims;
-  time_t since;
-};
-std::map<uint32_t, InFlight> g_in_flight;  // GUARDED_BY(g_mu)
-std::condition_variable g_cv;
-std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
-
-// The preemptor of the latest preemptable() call.  Slurm asks preemptable()
-// for every candidate of one preemptor and then preempts the chosen ones,
-// all under one hold of the job write lock, so at GRACE_TIME this names the
-// job that caused the preemption.  Only touched under slurmctld's job lock.
-uint32_t g_last_preemptor = 0;
-TierId g_last_preemptor_tier = TierId::kP0;
+using planc::TrackerAction;
+using Clock = std::chrono::system_clock;
 
 constexpr const char* kStateFile = "planc_preempt_state";
+// The state file is written at most this often: a burst of preemptions is
+// one write (with fsync), not one each.  A crash loses at most the last
+// second's changes.
+constexpr auto kStateWriteInterval = std::chrono::seconds(1);
+// While preemptions are in flight the worker looks every tick: each pass a
+// robbed preemptor waits costs a scheduling pass.
+constexpr auto kBusyTick = std::chrono::milliseconds(200);
+constexpr auto kIdleTick = std::chrono::milliseconds(5000);
 
-// Killing the batch script alone (KILL_JOB_BATCH: slurmstepd kill()s only
-// the shell's pid) orphans everything the script started: the children are
-// re-parented to init, proctrack/linuxproc no longer finds them, and they
-// keep running after Slurm requeues the job.  bench-preempt left one orphan
-// `sleep` per P3 victim preempted by preempt/planc (2,296 after 9 runs, none
-// after preempt/qos runs).  With KILL_FULL_JOB as well, slurmstepd
-// killpg()s the script's process group and slurmd signals the job's other
-// steps too, which is what a kill at preemption means.
-constexpr uint16_t kBatchProcessGroup = KILL_JOB_BATCH | KILL_FULL_JOB;
-constexpr uint16_t kSigkill = SIGKILL;
+planc::TimeMs now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
+}
 
-// Writes the ledger atomically (common/state_file.h); false after logging.
-bool write_state(const std::string& text) {
-  if (auto err = planc::write_file_atomically(g_state_path, text)) {
-    error("%s: cannot save the preemption counts: %s", plugin_type, err->c_str());
+// Everything the plugin holds.  Made by init() and deleted by fini() after
+// the worker has stopped; never destroyed at exit, since slurmctld may exit
+// without calling fini() (22.05 does for preempt plugins) while the worker
+// still runs.
+struct Plugin {
+  explicit Plugin(std::shared_ptr<const planc::PlancConfig> c, std::string path,
+                  PreemptionTracker t)
+      : config(std::move(c)), tiers(config->tiers), state_path(std::move(path)),
+        tracker(std::move(t)) {}
+
+  const std::shared_ptr<const planc::PlancConfig> config;
+  const planc::QosTierCache tiers;  // over config->tiers
+  const std::string state_path;
+
+  std::mutex mu;
+  PreemptionTracker tracker;  // GUARDED_BY(mu)
+  // SIGKILL orders of graceless victims, captured when they are preempted
+  // (their node list is gone once Slurm requeues them).  GUARDED_BY(mu)
+  std::map<uint32_t, planc::slurm::JobSignal> kill_orders;
+  // The jobs the ledger may hold, readable without mu by the hot paths.
+  // Written under mu.
+  planc::LedgerFilter in_ledger;
+  std::condition_variable cv;
+  bool stop = false;         // GUARDED_BY(mu)
+  // Wakes the worker before its tick: a grace deadline to arm, a requeue to
+  // do, or the first preemption after a quiet spell.  Not for every
+  // preemption: a wake-up from inside the scheduling cycle hands the CPU to
+  // the worker while the cycle holds the job write lock (bench-preempt:
+  // main cycles 1.5-2.6x longer in wall time at the same CPU).
+  bool wake = false;         // GUARDED_BY(mu)
+  bool worker_idle = false;  // GUARDED_BY(mu): sleeping its long sleep
+  std::thread* worker = nullptr;
+
+  // The preemptor of the latest preemptable() call: Slurm asks
+  // preemptable() for the candidates of one preemptor and then preempts
+  // the chosen ones under the same hold of the job write lock, so at
+  // GRACE_TIME this names the job that caused the preemption (Slurm does
+  // not pass it).  Only touched under slurmctld's job lock.
+  uint32_t last_preemptor = 0;
+  TierId last_preemptor_tier = TierId::kP0;
+};
+Plugin* g = nullptr;
+
+bool write_state(const Plugin& p, const std::string& text) {
+  if (auto err = planc::write_file_atomically(p.state_path, text)) {
+    error("%s: cannot save the preemption state: %s", plugin_type, err->c_str());
     return false;
   }
   return true;
 }
 
-std::unique_ptr<PreemptLedger> load_state(const planc::PlancConfig& cfg) {
-  auto fresh = std::make_unique<PreemptLedger>(cfg.preempt_max_count, cfg.preempt_window_seconds);
-  std::ifstream in(g_state_path, std::ios::binary);
+PreemptionTracker load_state(const planc::PlancConfig& cfg, const std::string& path) {
+  PreemptionTracker fresh(cfg.preempt_max_count, cfg.preempt_window_seconds);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return fresh;  // first start: nothing counted yet
   std::ostringstream ss;
   ss << in.rdbuf();
-  auto r = PreemptLedger::parse(ss.str(), cfg.preempt_max_count, cfg.preempt_window_seconds);
+  auto r = PreemptionTracker::parse(ss.str(), cfg.preempt_max_count, cfg.preempt_window_seconds);
   if (!r.ok()) {
     error("%s: ignoring %s: %s; starting with no preemptions counted (the per-job cap "
-          "restarts from zero)",
-          plugin_type, g_state_path.c_str(), r.error().c_str());
+          "restarts from zero) and no grace in progress",
+          plugin_type, path.c_str(), r.error().c_str());
     return fresh;
   }
-  info("%s: %zu job(s) with preemptions counted, from %s", plugin_type, r.value().size(),
-       g_state_path.c_str());
-  return std::make_unique<PreemptLedger>(std::move(r).value());
+  info("%s: %zu job(s) with preemptions counted, %zu in their grace, from %s", plugin_type,
+       r.value().ledger().size(), r.value().in_grace(), path.c_str());
+  return std::move(r).value();
 }
 
-// Forgets jobs that have ended.  Takes slurmctld's job read lock, then the
-// ledger mutex (the same order as the entry points).
-void forget_ended_jobs() {
+// --- the worker ------------------------------------------------------------------
+
+slurmctld_lock_t update_locks() {
+  return {.conf = READ_LOCK, .job = WRITE_LOCK, .node = WRITE_LOCK, .part = READ_LOCK,
+          .fed = READ_LOCK};
+}
+
+void send_kills(Plugin& p, const std::vector<TrackerAction>& kills) {
+  std::vector<planc::slurm::JobSignal> orders;
+  {
+    std::lock_guard<std::mutex> l(p.mu);
+    for (const auto& a : kills) {
+      auto it = p.kill_orders.find(a.job_id);
+      if (it == p.kill_orders.end()) continue;
+      orders.push_back(std::move(it->second));
+      p.kill_orders.erase(it);
+    }
+  }
+  if (orders.empty()) return;
+  slurmctld_lock_t job_read = {.job = READ_LOCK};
+  lock_slurmctld(job_read);  // the agent looks the jobs up
+  for (const auto& o : orders) {
+    debug("%s: JobId=%u still ends %lld ms after SIGTERM: SIGKILL", plugin_type, o.job_id,
+          static_cast<long long>(planc::kNoGraceKillAfterMs));
+    planc::slurm::signal_nodes(o);
+  }
+  unlock_slurmctld(job_read);
+}
+
+// One hold of the update locks for everything else the tracker asked for.
+void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
+  using K = TrackerAction::Kind;
+  const planc::PlancConfig& cfg = *p.config;
+  std::vector<TrackerAction> kills;
+  std::vector<std::pair<TrackerAction, bool>> results;
+  bool reschedule = false;
+  slurmctld_lock_t locks = update_locks();
+  lock_slurmctld(locks);
+  const time_t now = time(nullptr);
+  for (const TrackerAction& a : actions) {
+    bool ok = false;
+    switch (a.kind) {
+      case K::kKill: kills.push_back(a); continue;
+      case K::kEndGrace: {
+        bool rq = planc::slurm::requeues(a.job_id).value_or(a.event.requeue);
+        planc::PreemptionOutcome o{rq ? planc::PreemptionEnd::kRequeued
+                                      : planc::PreemptionEnd::kCancelled, now, ""};
+        ok = planc::slurm::end_grace(a.job_id, a.preemptor, planc::preemption_note(cfg, a.event, o));
+        reschedule = reschedule || ok;
+        break;
+      }
+      case K::kCallOff: {
+        planc::PreemptionOutcome o{planc::PreemptionEnd::kCalledOff, now, a.reason};
+        ok = planc::slurm::call_off(a.job_id, planc::preemption_note(cfg, a.event, o));
+        if (ok)
+          info("%s: JobId=%u: preemption by JobId=%u called off (%s); it keeps running and the "
+               "preemption is not counted",
+               plugin_type, a.job_id, a.preemptor, a.reason.c_str());
+        break;
+      }
+      case K::kRequeue: {
+        {
+          std::lock_guard<std::mutex> l(p.mu);
+          p.tracker.requeuing(a.job_id);
+        }
+        int rc = planc::slurm::requeue_preempted(a.job_id);
+        ok = rc == SLURM_SUCCESS;
+        if (ok)
+          info("%s: JobId=%u ended during its grace: requeued as preempted", plugin_type,
+               a.job_id);
+        else
+          error("%s: JobId=%u ended during its grace but could not be requeued: %s",
+                plugin_type, a.job_id, slurm_strerror(rc));
+        break;
+      }
+      case K::kReleasePreemptor:
+        ok = planc::slurm::release_preemptor(a.job_id);
+        if (ok)
+          debug("%s: JobId=%u: the resources its preemption freed went to another job; it may "
+                "preempt again now",
+                plugin_type, a.job_id);
+        reschedule = reschedule || ok;
+        break;
+    }
+    results.emplace_back(a, ok);
+  }
+  unlock_slurmctld(locks);
+  send_kills(p, kills);
+  {
+    std::lock_guard<std::mutex> l(p.mu);
+    for (const auto& [a, ok] : results) p.tracker.done(a, ok);
+  }
+  if (reschedule) queue_job_scheduler();  // only signals the scheduler thread
+}
+
+// Forgets the counts of jobs that have ended.
+void forget_ended_jobs(Plugin& p) {
   std::vector<uint32_t> ids;
   {
-    std::lock_guard<std::mutex> l(g_mu);
-    g_ledger->prune(time(nullptr));
-    ids = g_ledger->job_ids();
-    g_in_ledger.rebuild(ids);
+    std::lock_guard<std::mutex> l(p.mu);
+    p.tracker.prune(time(nullptr));
+    ids = p.tracker.ledger().job_ids();
+    p.in_ledger.rebuild(ids);
   }
   if (ids.empty()) return;
-  std::vector<uint32_t> ended;
   slurmctld_lock_t job_read = {.job = READ_LOCK};
   lock_slurmctld(job_read);
-  for (uint32_t id : ids) {
-    job_record_t* job = find_job_record(id);
-    if (!job || IS_JOB_FINISHED(job)) ended.push_back(id);
-  }
+  std::vector<uint32_t> ended = planc::slurm::ended_jobs(ids);
   unlock_slurmctld(job_read);
   if (ended.empty()) return;
-  std::lock_guard<std::mutex> l(g_mu);
-  for (uint32_t id : ended) g_ledger->forget(id);
-  g_in_ledger.rebuild(g_ledger->job_ids());
-  g_dirty = true;
+  std::lock_guard<std::mutex> l(p.mu);
+  p.tracker.forget(ended);
+  p.in_ledger.rebuild(p.tracker.ledger().job_ids());
 }
 
-// The policy's "kill at the end of the grace", on time.  Slurm itself
-// finishes a preemption only when a later scheduling pass (sched_interval,
-// 60 s by default) or job_time_limit() (every 30 s) looks again, and then
-// slurmd gives a job that ignored SIGTERM another 5 s (MAX(kill_wait, 5)).
-// Here, under the locks job_time_limit() takes: SIGKILL the batch step,
-// then requeue or cancel through Slurm's own slurm_job_preempt() in the same
-// lock hold (so the dying script's completion cannot be taken for a normal
-// end), and stamp the preemptor's preempt_start_time as node_scheduler.c
-// does, so the next pass waits for these resources instead of choosing
-// another victim.  Then wake the scheduler.
-void end_grace(const std::vector<GraceEnd>& due) {
-  slurmctld_lock_t lock = {.conf = READ_LOCK, .job = WRITE_LOCK, .node = WRITE_LOCK,
-                           .part = READ_LOCK, .fed = READ_LOCK};
-  lock_slurmctld(lock);
-  time_t now = time(nullptr);
-  for (const GraceEnd& g : due) {
-    job_record_t* job = find_job_record(g.victim);
-    if (!job || !IS_JOB_RUNNING(job) || !job->preempt_time || now < job->end_time) continue;
-    job_record_t* preemptor = g.preemptor ? find_job_record(g.preemptor) : nullptr;
-    if (job->batch_flag) job_signal(job, kSigkill, kBatchProcessGroup, 0, false);
-    slurm_job_preempt(job, preemptor, slurm_job_preempt_mode(job), false);
-    if (preemptor && IS_JOB_PENDING(preemptor) && preemptor->details)
-      preemptor->details->preempt_start_time = now;
-  }
-  unlock_slurmctld(lock);
-  schedule(false);  // only signals the scheduler thread
-}
-
-// Preemptors whose victims are all gone but which still pend with a
-// preemption in progress: their freed resources went to another job.  A
-// read-locked look first (the usual case: nothing to do), then the write
-// lock only to clear what was found, re-checked under it.
-bool waits_on_preemption(const job_record_t* preemptor) {
-  return preemptor && IS_JOB_PENDING(preemptor) && preemptor->details &&
-         preemptor->details->preempt_start_time;
-}
-
-bool victims_gone(const InFlight& f) {
-  for (uint32_t id : f.victims) {
-    job_record_t* v = find_job_record(id);
-    if (v && (IS_JOB_RUNNING(v) || IS_JOB_COMPLETING(v) || IS_JOB_SUSPENDED(v))) return false;
-  }
-  return true;
-}
-
-void release_robbed(std::map<uint32_t, InFlight> in_flight) {
-  std::vector<uint32_t> done, found;
-  slurmctld_lock_t job_read = {.job = READ_LOCK};
-  lock_slurmctld(job_read);
-  time_t now = time(nullptr);
-  for (const auto& [id, f] : in_flight) {
-    if (!waits_on_preemption(find_job_record(id)) || now - f.since > 600)
-      done.push_back(id);  // started, ended, or given up on: nothing to watch
-    else if (victims_gone(f))
-      found.push_back(id);
-  }
-  unlock_slurmctld(job_read);
-  if (!found.empty()) {
-    bool released = false;
-    slurmctld_lock_t job_write = {.job = WRITE_LOCK};
-    lock_slurmctld(job_write);
-    for (uint32_t id : found) {
-      job_record_t* p = find_job_record(id);
-      if (!waits_on_preemption(p) || !victims_gone(in_flight[id])) continue;
-      debug("%s: %pJ: the resources its preemption freed went to another job; it may "
-            "preempt again now",
-            plugin_type, p);
-      p->details->preempt_start_time = 0;
-      done.push_back(id);
-      released = true;
-    }
-    unlock_slurmctld(job_write);
-    if (released) queue_job_scheduler();
-  }
-  if (done.empty()) return;
-  std::lock_guard<std::mutex> l(g_mu);
-  for (uint32_t id : done) {
-    auto it = g_in_flight.find(id);
-    // A newer preemption by the same job replaced the entry: keep that one.
-    if (it != g_in_flight.end() && it->second.since == in_flight[id].since) g_in_flight.erase(it);
-  }
-}
-
-// Queues the SIGKILLs of victims without grace (see grace_and_count), under
-// the job read lock the agent needs to look the jobs up.
-void send_kills(const std::vector<PendingKill>& kills) {
-  slurmctld_lock_t job_read = {.job = READ_LOCK};
-  lock_slurmctld(job_read);
-  for (const auto& k : kills) {
-    // Still being killed: its processes outlived the SIGTERM.  Ended, or
-    // (after a requeue) running again: nothing to do.
-    job_record_t* job = find_job_record(k.signal.job_id);
-    if (job && IS_JOB_COMPLETING(job)) {
-      debug("%s: %pJ still ends %lld ms after SIGTERM: SIGKILL", plugin_type, job,
-            static_cast<long long>(kNoGraceKillAfter.count()));
-      planc::slurm::signal_nodes(k.signal);
-    }
-  }
-  unlock_slurmctld(job_read);
-}
-
-// The state file is written at most this often: a burst of preemptions is
-// one write (with fsync), not one each.  A crash loses at most the last
-// second's counts.
-constexpr auto kStateWriteInterval = std::chrono::seconds(1);
-
-void worker() {
-  using Clock = std::chrono::system_clock;
+void worker(Plugin* pp) {
+  Plugin& p = *pp;
   time_t last_sweep = time(nullptr);
   auto last_write = std::chrono::steady_clock::now() - kStateWriteInterval;
-  std::unique_lock<std::mutex> l(g_mu);
-  while (!g_stop) {
-    // While preemptions are in flight, look for robbed preemptors often:
-    // every pass it is robbed costs a scheduling pass.
-    bool busy = !g_in_flight.empty() || !g_kills.empty() || g_dirty;
-    g_worker_idle = !busy;
-    auto wake = Clock::now() + (busy ? std::chrono::milliseconds(200)
-                                     : std::chrono::milliseconds(5000));
-    if (!g_grace_ends.empty())
-      wake = std::min(wake, Clock::from_time_t(g_grace_ends.begin()->deadline) +
-                                std::chrono::milliseconds(50));
-    g_cv.wait_until(l, wake, [] { return g_stop || g_wake; });
-    g_wake = false;
-    g_worker_idle = false;
-    if (g_stop) break;
-    if (!g_kills.empty()) {
-      std::vector<PendingKill> due;
-      auto now = std::chrono::steady_clock::now();
-      auto keep = std::partition(g_kills.begin(), g_kills.end(),
-                                 [now](const PendingKill& k) { return k.due > now; });
-      due.assign(keep, g_kills.end());
-      g_kills.erase(keep, g_kills.end());
-      if (!due.empty()) {
+  std::unique_lock<std::mutex> l(p.mu);
+  while (!p.stop) {
+    bool busy = p.tracker.busy() || p.tracker.dirty();
+    p.worker_idle = !busy;
+    auto wake = Clock::now() + (busy ? kBusyTick : kIdleTick);
+    if (auto due = p.tracker.next_due())
+      wake = std::min(wake, Clock::time_point(std::chrono::milliseconds(*due)));
+    p.cv.wait_until(l, wake, [&] { return p.stop || p.wake; });
+    p.wake = false;
+    p.worker_idle = false;
+    if (p.stop) break;
+    if (p.tracker.busy()) {
+      std::vector<uint32_t> ids = p.tracker.watched();
+      l.unlock();
+      slurmctld_lock_t job_read = {.job = READ_LOCK};
+      lock_slurmctld(job_read);
+      auto seen = planc::slurm::view_jobs(ids);
+      unlock_slurmctld(job_read);
+      l.lock();
+      auto actions = p.tracker.plan(now_ms(), seen);
+      if (!actions.empty()) {
         l.unlock();
-        send_kills(due);
+        carry_out(p, actions);
         l.lock();
       }
     }
-    std::vector<GraceEnd> grace_over;
-    while (!g_grace_ends.empty() && g_grace_ends.begin()->deadline <= time(nullptr)) {
-      grace_over.push_back(*g_grace_ends.begin());
-      g_grace_ends.erase(g_grace_ends.begin());
-    }
-    if (!grace_over.empty()) {
-      l.unlock();
-      end_grace(grace_over);
-      l.lock();
-    }
-    if (!g_in_flight.empty()) {
-      std::map<uint32_t, InFlight> copy = g_in_flight;
-      l.unlock();
-      release_robbed(std::move(copy));
-      l.lock();
-    }
     if (time(nullptr) - last_sweep >= 60) {
       l.unlock();
-      forget_ended_jobs();
+      forget_ended_jobs(p);
       last_sweep = time(nullptr);
       l.lock();
     }
-    if (!g_dirty || std::chrono::steady_clock::now() - last_write < kStateWriteInterval)
+    if (!p.tracker.dirty() || std::chrono::steady_clock::now() - last_write < kStateWriteInterval)
       continue;
-    std::string text = g_ledger->serialize();
-    g_dirty = false;
+    std::string text = p.tracker.serialize();
     l.unlock();
-    write_state(text);  // outside every lock
+    write_state(p, text);  // outside every lock
     last_write = std::chrono::steady_clock::now();
     l.lock();
   }
 }
 
-// What Slurm does to a victim: requeue when the job may be requeued, else
-// cancel.  One place, so the owner's note says what PREEMPT_DATA_MODE chose.
-bool requeues(const job_record_t* job) { return job->details && job->details->requeue; }
+// --- Slurm's questions -------------------------------------------------------------
 
-uint32_t grace_and_count(job_record_t* job) {
-  const planc::PlancConfig& cfg = *g_config;
-  const Tier* victim = planc::slurm::job_tier(*g_tiers, job);
+uint32_t grace_and_count(Plugin& p, job_record_t* job) {
+  const planc::PlancConfig& cfg = *p.config;
+  const Tier* victim = planc::slurm::job_tier(p.tiers, job);
   if (!victim) return 0;
-  time_t now = time(nullptr);
   planc::PreemptionEvent e;
   e.victim_job = job->job_id;
   e.victim_tier = victim->id;
-  e.when = now;
+  e.when = time(nullptr);
   e.grace_seconds = victim->grace_seconds;
-  e.requeue = requeues(job);
-  if (g_last_preemptor && cfg.tiers.can_preempt(g_last_preemptor_tier, victim->id)) {
-    e.preemptor_job = g_last_preemptor;
-    e.preemptor_tier = g_last_preemptor_tier;
+  e.requeue = planc::slurm::requeues(job);
+  if (p.last_preemptor && cfg.tiers.can_preempt(p.last_preemptor_tier, victim->id)) {
+    e.preemptor_job = p.last_preemptor;
+    e.preemptor_tier = p.last_preemptor_tier;
   }
-  // No grace means no grace.  Slurm's requeue or cancel, which follows at
-  // once, sends SIGTERM; a job that ignores it would get its SIGKILL from
-  // slurmd only 5 s later (slurmd/req.c, MAX(kill_wait, 5)), and the
-  // preemptor would wait for it.  So the worker SIGKILLs (signal_nodes: the
-  // script's process group and the job's steps) a victim still ending
-  // kNoGraceKillAfter later.  Not from here: a signal queued inside the
-  // scheduling cycle woke slurmctld's agent, whose threads took the CPU
-  // from the cycle (which holds the job write lock), and most jobs die of
-  // the SIGTERM and need no second message at all.
+  planc::Entitlement ent = planc::slurm::entitlement_of(cfg, job);
+  e.account = ent.account;
+  const Tier* advised = planc::advised_tier(cfg, victim->id, ent);
+  e.advised_tier = advised ? static_cast<int8_t>(planc::tier_index(advised->id)) : -1;
+  // No grace means no grace: Slurm's requeue or cancel, which follows at
+  // once, sends SIGTERM, and a victim still dying kNoGraceKillAfterMs later
+  // gets SIGKILL from the worker (slurmd alone: 5 s).  Not from here: a
+  // signal queued inside the scheduling cycle woke slurmctld's agent, whose
+  // threads took the CPU from the cycle.
   std::optional<planc::slurm::JobSignal> kill;
-  if (!e.grace_seconds && job->batch_flag) kill = planc::slurm::job_signal_order(job, kSigkill);
-  bool wake = false;
+  if (!e.grace_seconds && job->batch_flag)
+    kill = planc::slurm::job_signal_order(job, SIGKILL);
+  bool wake;
   {
-    std::lock_guard<std::mutex> l(g_mu);
-    g_ledger->record(job->job_id, now);
-    g_in_ledger.add(job->job_id);
-    e.count_in_window = g_ledger->count_in_window(job->job_id, now);
-    if (e.grace_seconds)
-      g_grace_ends.insert({now + static_cast<time_t>(e.grace_seconds), job->job_id,
-                           e.preemptor_job});
-    if (e.preemptor_job) {
-      InFlight& f = g_in_flight[e.preemptor_job];
-      if (f.since != now) f.victims.clear();  // a new round of preemption
-      f.victims.push_back(job->job_id);
-      f.since = now;
-    }
-    g_dirty = true;
-    if (kill)
-      g_kills.push_back({std::move(*kill), std::chrono::steady_clock::now() + kNoGraceKillAfter});
-    // See g_wake: wake the worker for a grace deadline, or when it sleeps
-    // its idle sleep (the first preemption of a burst); otherwise its next
-    // tick comes within 200 ms.
-    wake = e.grace_seconds || g_worker_idle;
+    std::lock_guard<std::mutex> l(p.mu);
+    e = p.tracker.start(e, now_ms());
+    p.in_ledger.add(job->job_id);
+    if (kill) p.kill_orders[job->job_id] = std::move(*kill);
+    wake = e.grace_seconds || p.worker_idle;
     if (wake) {
-      g_wake = true;
-      g_worker_idle = false;
+      p.wake = true;
+      p.worker_idle = false;
     }
   }
-  if (wake) g_cv.notify_one();
-  std::string note = planc::preemption_note(cfg, e);
-  xfree(job->system_comment);
-  job->system_comment = xstrdup(note.c_str());
-  // 22.05's slurmdbd never stores SystemComment, but it stores AdminComment
-  // with every run's end record: mirror the note there so `sacct -o
-  // AdminComment` shows it on the PREEMPTED row.  An admin's own comment is
-  // left alone; a free-attempt mark stays in front, for billing.
-  if (auto comment = planc::admin_comment_with_note(
-          job->admin_comment ? job->admin_comment : "", note)) {
-    xfree(job->admin_comment);
-    job->admin_comment = xstrdup(comment->c_str());
-  }
-  if (job->batch_flag) {
-    // Slurm's own grace signal (preempt.c) reaches the job's steps but not
-    // the batch script, which is where most jobs trap SIGTERM to
-    // checkpoint.  Signal the batch script too, as `scancel -b` does (the
-    // shell itself: what it started hears SIGTERM only if it passes it on).
-    // Without grace there is no time to act on a SIGTERM: the SIGKILL above.
-    if (e.grace_seconds) job_signal(job, SIGTERM, KILL_JOB_BATCH, 0, false);
-  }
+  if (wake) p.cv.notify_one();
+  planc::slurm::set_owner_note(job, planc::preemption_note(cfg, e));
+  if (e.grace_seconds) planc::slurm::sigterm_batch_script(job);
   info("%s: %pJ (%s) preempted by JobId=%u (%s), grace %u s, %s, preemption %u in window",
        plugin_type, job, victim->label.c_str(), e.preemptor_job,
-       e.preemptor_job ? cfg.tiers.tier(e.preemptor_tier).label.c_str() : "?",
-       e.grace_seconds, e.requeue ? "requeue" : "cancel", e.count_in_window);
+       e.preemptor_job ? cfg.tiers.tier(e.preemptor_tier).label.c_str() : "?", e.grace_seconds,
+       e.requeue ? "requeue" : "cancel", e.count_in_window);
   return e.grace_seconds;
 }
 
@@ -449,16 +350,12 @@ uint32_t grace_and_count(job_record_t* job) {
 
 PLANC_EXPORT int init(void) {
   try {
-    g_config = planc::slurm::load_plugin_config(plugin_type);
-    if (!g_config) return SLURM_ERROR;
-    g_state_path = std::string(slurm_conf.state_save_location ? slurm_conf.state_save_location
-                                                              : ".") +
-                   "/" + kStateFile;
-    g_tiers = std::make_unique<planc::QosTierCache>(g_config->tiers);
-    g_ledger = load_state(*g_config);
-    g_in_ledger.rebuild(g_ledger->job_ids());
-    g_stop = false;
-    g_worker = planc::start_worker("planc_preempt", worker);
+    auto config = planc::slurm::load_plugin_config(plugin_type);
+    if (!config) return SLURM_ERROR;
+    std::string path = planc::slurm::state_file_path(kStateFile);
+    g = new Plugin(config, path, load_state(*config, path));
+    g->in_ledger.rebuild(g->tracker.ledger().job_ids());
+    g->worker = planc::start_worker("planc_preempt", worker, g);
     verbose("%s loaded", plugin_type);
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
@@ -471,27 +368,27 @@ PLANC_EXPORT int init(void) {
 // PreemptType changes on reconfigure (read_config.c); the worker may be
 // waiting for those locks, so change PreemptType only by a restart.
 PLANC_EXPORT void fini(void) {
+  if (!g) return;
   try {
-    planc::stop_worker(g_mu, g_stop, g_cv, g_worker);
-    if (g_ledger) write_state(g_ledger->serialize());
+    planc::stop_worker(g->mu, g->stop, g->cv, g->worker);
+    write_state(*g, g->tracker.serialize());
   } catch (const std::exception& e) {
     error("%s: fini: %s", plugin_type, e.what());
   }
-  g_ledger.reset();
-  g_tiers.reset();
-  g_config.reset();
+  delete g;
+  g = nullptr;
 }
 
 PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* preemptor) {
   try {
-    const Tier* ee = planc::slurm::job_tier(*g_tiers, preemptee);
-    const Tier* er = planc::slurm::job_tier(*g_tiers, preemptor);
-    if (!ee || !er || !g_config->tiers.can_preempt(er->id, ee->id)) return false;
-    g_last_preemptor = preemptor->job_id;
-    g_last_preemptor_tier = er->id;
-    if (!g_in_ledger.maybe_contains(preemptee->job_id)) return true;
-    std::lock_guard<std::mutex> l(g_mu);
-    return !g_ledger->capped(preemptee->job_id, time(nullptr));
+    const Tier* ee = planc::slurm::job_tier(g->tiers, preemptee);
+    const Tier* er = planc::slurm::job_tier(g->tiers, preemptor);
+    if (!ee || !er || !g->config->tiers.can_preempt(er->id, ee->id)) return false;
+    g->last_preemptor = preemptor->job_id;
+    g->last_preemptor_tier = er->id;
+    if (!g->in_ledger.maybe_contains(preemptee->job_id)) return true;
+    std::lock_guard<std::mutex> l(g->mu);
+    return !g->tracker.capped(preemptee->job_id, time(nullptr));
   } catch (...) {
     return false;  // when in doubt, preempt nothing
   }
@@ -510,10 +407,10 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         *static_cast<bool*>(data) = slurm_conf.preempt_mode != PREEMPT_MODE_OFF;
         return SLURM_SUCCESS;
       case PREEMPT_DATA_MODE: {
-        const Tier* t = planc::slurm::job_tier(*g_tiers, job_ptr);
+        const Tier* t = planc::slurm::job_tier(g->tiers, job_ptr);
         uint16_t mode = PREEMPT_MODE_OFF;
         if (t && t->preemptible)
-          mode = requeues(job_ptr) ? PREEMPT_MODE_REQUEUE : PREEMPT_MODE_CANCEL;
+          mode = planc::slurm::requeues(job_ptr) ? PREEMPT_MODE_REQUEUE : PREEMPT_MODE_CANCEL;
         *static_cast<uint16_t*>(data) = mode;
         return SLURM_SUCCESS;
       }
@@ -524,19 +421,19 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
           *static_cast<uint32_t*>(data) = planc::kInGraceRank;
           return SLURM_SUCCESS;
         }
-        const Tier* t = planc::slurm::job_tier(*g_tiers, job_ptr);
+        const Tier* t = planc::slurm::job_tier(g->tiers, job_ptr);
         time_t now = time(nullptr);
         planc::VictimFacts v{t ? t->id : TierId::kP0, 0, 0};
         v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
-        if (g_in_ledger.maybe_contains(job_ptr->job_id)) {
-          std::lock_guard<std::mutex> l(g_mu);
-          v.recent_preemptions = g_ledger->count_in_window(job_ptr->job_id, now);
+        if (g->in_ledger.maybe_contains(job_ptr->job_id)) {
+          std::lock_guard<std::mutex> l(g->mu);
+          v.recent_preemptions = g->tracker.ledger().count_in_window(job_ptr->job_id, now);
         }
         *static_cast<uint32_t*>(data) = planc::victim_rank(v);
         return SLURM_SUCCESS;
       }
       case PREEMPT_DATA_GRACE_TIME:
-        *static_cast<uint32_t*>(data) = grace_and_count(job_ptr);
+        *static_cast<uint32_t*>(data) = grace_and_count(*g, job_ptr);
         return SLURM_SUCCESS;
     }
     error("%s: unknown preempt data type %d", plugin_type, static_cast<int>(data_type));
@@ -544,5 +441,47 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
   } catch (const std::exception& e) {
     error("%s: get_data: %s", plugin_type, e.what());
     return SLURM_ERROR;
+  }
+}
+
+// See plugins/planc_shared.h.  Called for every run that ends (job write
+// lock held): only runs whose preemption was in progress get past the
+// first test.
+PLANC_EXPORT int planc_preempt_run_end_v1(void* record) {
+  auto* job = static_cast<job_record_t*>(record);
+  if (!g || !job || !job->preempt_time) return 0;
+  try {
+    using RK = PreemptionTracker::RunEnd::Kind;
+    Plugin& p = *g;
+    const planc::PlancConfig& cfg = *p.config;
+    planc::RunEndFacts facts = planc::slurm::run_end_facts(job);
+    planc::RunEndVerdict verdict = planc::judge_run_end(cfg, facts);
+    const bool requeue = planc::slurm::requeues(job);
+    PreemptionTracker::RunEnd r;
+    {
+      std::lock_guard<std::mutex> l(p.mu);
+      r = p.tracker.run_ended(job->job_id, verdict, requeue);
+      if (r.kind == RK::kTreatAsPreempted && requeue) p.wake = true;
+    }
+    if (r.kind == RK::kDuplicate) return kRunEndDuplicate;
+    if (r.kind == RK::kNone) return 0;
+    if (r.kind == RK::kTreatAsPreempted && requeue) p.cv.notify_one();
+    planc::slurm::set_run_end_state(job, verdict);
+    const time_t now = time(nullptr);
+    planc::PreemptionOutcome o{planc::PreemptionEnd::kEndedInGrace, now,
+                               planc::describe_wait_status(facts.wait_status)};
+    if (r.kind == RK::kFinished) o.end = planc::PreemptionEnd::kFinishedInGrace;
+    if (r.kind == RK::kCancelledInGrace)
+      o = {planc::PreemptionEnd::kCancelledInGrace, now, planc::slurm::cancelled_by(job)};
+    if (r.event) planc::slurm::set_owner_note(job, planc::preemption_note(cfg, *r.event, o));
+    info("%s: %pJ ended during its grace (%s): %s", plugin_type, job, o.detail.c_str(),
+         r.kind == RK::kFinished           ? "finished (GraceFinishedExitCode), billed"
+         : r.kind == RK::kCancelledInGrace ? "cancelled, not billed"
+         : requeue                         ? "treated as preempted, to be requeued"
+                                           : "treated as preempted");
+    return r.kind == RK::kFinished ? 0 : kRunEndPreempted;
+  } catch (const std::exception& e) {
+    error("%s: run end of %pJ: %s", plugin_type, job, e.what());
+    return 0;
   }
 }

@@ -287,4 +287,161 @@ void signal_nodes(const JobSignal& s) {
   agent_queue_request(args);
 }
 
+bool requeues(const job_record_t* job) { return job->details && job->details->requeue; }
+
+std::optional<bool> requeues(uint32_t job_id) {
+  const job_record_t* job = find_job_record(job_id);
+  if (!job) return std::nullopt;
+  return requeues(job);
+}
+
+void sigterm_batch_script(job_record_t* job) {
+  if (job->batch_flag) job_signal(job, SIGTERM, KILL_JOB_BATCH, 0, false);
+}
+
+std::vector<uint32_t> ended_jobs(const std::vector<uint32_t>& ids) {
+  std::vector<uint32_t> ended;
+  for (uint32_t id : ids) {
+    const job_record_t* job = find_job_record(id);
+    if (!job || IS_JOB_FINISHED(job)) ended.push_back(id);
+  }
+  return ended;
+}
+
+Entitlement entitlement_of(const PlancConfig& cfg, const job_record_t* job) {
+  Entitlement e;
+  e.account = str(job->account);
+  assoc_mgr_lock_t locks = {.assoc = READ_LOCK, .qos = READ_LOCK};
+  assoc_mgr_lock(&locks);
+  const slurmdb_assoc_rec_t* assoc = job->assoc_ptr;
+  if (assoc && assoc->usage && assoc->usage->valid_qos && assoc_mgr_qos_list) {
+    e.known = true;
+    ListIterator it = list_iterator_create(assoc_mgr_qos_list);
+    while (auto* qos = static_cast<slurmdb_qos_rec_t*>(list_next(it))) {
+      if (!qos->name || !cfg.tiers.find_by_qos(qos->name)) continue;
+      if (static_cast<int64_t>(qos->id) < bit_size(assoc->usage->valid_qos) &&
+          bit_test(assoc->usage->valid_qos, qos->id))
+        e.qos.emplace_back(qos->name);
+    }
+    list_iterator_destroy(it);
+  }
+  assoc_mgr_unlock(&locks);
+  return e;
+}
+
+std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids) {
+  std::map<uint32_t, JobView> out;
+  for (uint32_t id : ids) {
+    const job_record_t* job = find_job_record(id);
+    if (!job) continue;
+    JobView v;
+    if (IS_JOB_COMPLETING(job)) v.state = JobView::State::kCompleting;
+    else if (IS_JOB_PENDING(job)) v.state = JobView::State::kPending;
+    else if (IS_JOB_RUNNING(job) || IS_JOB_SUSPENDED(job)) v.state = JobView::State::kRunning;
+    else v.state = JobView::State::kFinished;
+    v.in_preemption = job->preempt_time != 0;
+    v.preempted_state = (job->job_state & JOB_STATE_BASE) == JOB_PREEMPTED;
+    v.cancelled = (job->job_state & JOB_STATE_BASE) == JOB_CANCELLED;
+    v.waits_on_preemption =
+        IS_JOB_PENDING(job) && job->details && job->details->preempt_start_time;
+    out[id] = v;
+  }
+  return out;
+}
+
+void set_owner_note(job_record_t* job, const std::string& note) {
+  xfree(job->system_comment);
+  job->system_comment = xstrdup(note.c_str());
+  if (auto comment =
+          admin_comment_with_note(job->admin_comment ? job->admin_comment : "", note)) {
+    xfree(job->admin_comment);
+    job->admin_comment = xstrdup(comment->c_str());
+  }
+}
+
+namespace {
+
+// Killing the batch script alone (KILL_JOB_BATCH: slurmstepd kill()s only
+// the shell's pid) orphans everything the script started; with
+// KILL_FULL_JOB as well, slurmstepd killpg()s the script's process group
+// and slurmd signals the job's other steps too (bench-preempt left one
+// orphan `sleep` per victim without it).
+constexpr uint16_t kWholeJob = KILL_JOB_BATCH | KILL_FULL_JOB;
+
+}  // namespace
+
+bool end_grace(uint32_t victim, uint32_t preemptor, const std::string& note) {
+  job_record_t* job = find_job_record(victim);
+  time_t now = time(nullptr);
+  if (!job || !IS_JOB_RUNNING(job) || !job->preempt_time || now < job->end_time) return false;
+  job_record_t* p = preemptor ? find_job_record(preemptor) : nullptr;
+  set_owner_note(job, note);
+  if (job->batch_flag) job_signal(job, SIGKILL, kWholeJob, 0, false);
+  slurm_job_preempt(job, p, slurm_job_preempt_mode(job), false);
+  if (p && IS_JOB_PENDING(p) && p->details) p->details->preempt_start_time = now;
+  return true;
+}
+
+bool call_off(uint32_t victim, const std::string& note) {
+  job_record_t* job = find_job_record(victim);
+  if (!job || !IS_JOB_RUNNING(job) || !job->preempt_time) return false;
+  job->preempt_time = 0;
+  job_end_time_reset(job);  // from its start and time limit, as before the grace
+  set_owner_note(job, note);
+  last_job_update = time(nullptr);
+  return true;
+}
+
+int requeue_preempted(uint32_t victim) {
+  job_record_t* job = find_job_record(victim);
+  if (!job) return ESLURM_INVALID_JOB_ID;
+  if (IS_JOB_PENDING(job) && !IS_JOB_COMPLETING(job)) return ESLURM_JOB_PENDING;
+  return job_requeue(slurm_conf.slurm_user_id, victim, nullptr, true, 0);
+}
+
+bool release_preemptor(uint32_t preemptor) {
+  job_record_t* p = find_job_record(preemptor);
+  if (!p || !IS_JOB_PENDING(p) || !p->details || !p->details->preempt_start_time) return false;
+  p->details->preempt_start_time = 0;
+  return true;
+}
+
+RunEndFacts run_end_facts(const job_record_t* job) {
+  using E = RunEndFacts::Ending;
+  RunEndFacts f;
+  f.wait_status = job->exit_code == NO_VAL ? 0 : job->exit_code;
+  switch (job->job_state & JOB_STATE_BASE) {
+    case JOB_PREEMPTED: f.ending = E::kPreempted; break;
+    case JOB_COMPLETE: f.ending = E::kCompleted; break;
+    case JOB_FAILED:
+    case JOB_OOM: f.ending = E::kFailed; break;
+    case JOB_CANCELLED: f.ending = E::kCancelled; break;
+    case JOB_NODE_FAIL:
+    case JOB_BOOT_FAIL: f.ending = E::kNodeFail; break;
+    default: f.ending = E::kOther; break;
+  }
+  // Requeued by someone during the grace (scontrol requeue): it runs again
+  // anyway; Slurm's record says REQUEUED.
+  if (job->job_state & JOB_REQUEUE) f.ending = E::kPreempted;
+  return f;
+}
+
+std::string cancelled_by(const job_record_t* job) {
+  if (job->requid == job->user_id) return "by its owner";
+  if (job->requid == static_cast<uid_t>(-1)) return "";
+  return "by uid " + std::to_string(job->requid);
+}
+
+void set_run_end_state(job_record_t* job, RunEndVerdict verdict) {
+  uint32_t flags = job->job_state & JOB_STATE_FLAGS;
+  if (verdict == RunEndVerdict::kTreatAsPreempted) {
+    job->job_state = JOB_PREEMPTED | flags;
+  } else if (verdict == RunEndVerdict::kFinished) {
+    job->job_state = JOB_COMPLETE | flags;
+    job->state_reason = WAIT_NO_REASON;
+    xfree(job->state_desc);
+    job->preempt_time = 0;  // the preemption is over: the job finished
+  }
+}
+
 }  // namespace planc::slurm

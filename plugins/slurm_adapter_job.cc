@@ -24,6 +24,8 @@ std::shared_ptr<const PlancConfig> load_plugin_config(const char* plugin_type) {
     return nullptr;
   }
   info("%s: loaded %s", plugin_type, path.c_str());
+  for (const std::string& w : policy_warnings(r.value()))
+    info("%s: warning: %s: %s", plugin_type, path.c_str(), w.c_str());
   return std::make_shared<const PlancConfig>(std::move(r).value());
 }
 

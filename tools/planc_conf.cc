@@ -1,6 +1,8 @@
 // planc-conf: check planc.conf and turn its tier table into Slurm QoS.
 //
-//   planc-conf check FILE      parse FILE; print the tier table or the error
+//   planc-conf check FILE      parse FILE; print the tier table or the error,
+//                              and on stderr a warning for each of the
+//                              policy's invariants the file breaks
 //   planc-conf sacctmgr FILE [--gpus N]
 //                              print sacctmgr arguments, one command a line,
 //                              that create or update the four tier QoS and,
@@ -63,6 +65,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const planc::PlancConfig& cfg = r.value();
+  // Departures from the policy are allowed, and named (stderr: stdout may
+  // be piped into sacctmgr).
+  if (cmd != "get")
+    for (const std::string& w : planc::policy_warnings(cfg))
+      std::fprintf(stderr, "planc-conf: warning: %s: %s\n", argv[2], w.c_str());
   if (cmd == "get") {
     if (planc::iequals(key, "GuaranteedPartition")) {
       std::printf("%s\n", cfg.guaranteed_partition.c_str());
@@ -88,12 +95,15 @@ int main(int argc, char** argv) {
                   aliases.c_str());
     }
     std::printf("DefaultTier=%s GuaranteedCapPercent=%u GuaranteedPartition=%s "
-                "GuaranteedCapQOS=%s PreemptMaxCount=%u PreemptWindow=%us\n",
+                "GuaranteedCapQOS=%s PreemptMaxCount=%u PreemptWindow=%us GraceFinishedExitCode=%s\n",
                 cfg.tiers.tier(cfg.default_tier).label.c_str(), cfg.guaranteed_cap_percent,
                 cfg.guaranteed_partition.empty() ? "(none: cap not enforced)"
                                                  : cfg.guaranteed_partition.c_str(),
                 cfg.guaranteed_cap_qos.c_str(), cfg.preempt_max_count,
-                cfg.preempt_window_seconds);
+                cfg.preempt_window_seconds,
+                cfg.grace_finished_exit_code < 0
+                    ? "none"
+                    : std::to_string(cfg.grace_finished_exit_code).c_str());
     std::printf("StarvationThreshold=%us StarvationInterval=%us StarvationMaxPerInterval=%u\n",
                 cfg.starvation_threshold_seconds, cfg.starvation_interval_seconds,
                 cfg.starvation_max_per_interval);
