@@ -265,6 +265,9 @@ void worker(Plugin* pp) {
     p.wake = false;
     p.worker_idle = false;
     if (p.stop) break;
+    // Nothing about jobs can be known before slurmctld has loaded them
+    // (after a restart the tracker may already hold graces).
+    if (!planc::slurm::jobs_loaded()) continue;
     if (p.tracker.busy()) {
       std::vector<uint32_t> ids = p.tracker.watched();
       l.unlock();

@@ -287,6 +287,8 @@ void signal_nodes(const JobSignal& s) {
   agent_queue_request(args);
 }
 
+bool jobs_loaded() { return planc_jobs_loaded(); }
+
 bool requeues(const job_record_t* job) { return job->details && job->details->requeue; }
 
 std::optional<bool> requeues(uint32_t job_id) {

@@ -113,6 +113,12 @@ struct JobSignal {
 // no allocation beyond the node list string, no I/O, nothing queued.
 JobSignal job_signal_order(const job_record_t* job, uint16_t signal);
 
+// True once slurmctld runs as the primary controller with its jobs loaded.
+// A plugin's thread starts in init(), before slurmctld has read its state:
+// until then the job table does not exist (find_job_record() divides by
+// its size, zero) and Slurm's view of any job is meaningless.
+bool jobs_loaded();
+
 // What Slurm does to a preempted job: requeue when it may be requeued
 // (job_submit/planc makes spot jobs requeueable unless --no-requeue), else
 // cancel.  REQUIRES the job read lock.

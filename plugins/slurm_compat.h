@@ -41,6 +41,12 @@ extern "C" {
 #define PLANC_JOB_MODIFY_HAS_ERR_MSG 0
 #endif
 
+// Whether slurmctld has loaded its jobs: 22.05's controller starts its RPC
+// thread (slurmctld_config.thread_id_rpc) only after read_slurm_conf() has
+// built the job table and read the saved jobs, and clears it when it stops
+// being the primary (controller.c).  Plugins are loaded earlier.
+inline bool planc_jobs_loaded() { return slurmctld_config.thread_id_rpc != (pthread_t)0; }
+
 // Exported plugin symbols.  A namespace-scope const has internal linkage in
 // C++ even inside extern "C" {}, so each one is declared extern "C" itself
 // and made visible despite -fvisibility=hidden.

@@ -38,3 +38,32 @@ def test_broken_planc_conf_is_logged_with_file_line_key(cluster):
                               user="pcbob")
     assert jobid, p.stderr
     cluster.run("scancel", jobid, check=True)
+
+
+def test_departure_from_the_policy_is_accepted_with_a_warning(cluster):
+    """An admin may make P0 preemptible and let P1 preempt it; planc-conf
+    and every plugin accept it and say which invariant it breaks."""
+    from conftest import ROOT
+    conf = os.path.join(cluster.dir, "etc", "planc.conf")
+    log = os.path.join(cluster.dir, "log", "slurmctld.log")
+    lines = ["Tier=P0 QOS=p0-lease Aliases=p0,plan-a-lease,lease Priority=10000 Preemptible=yes "
+             "Preempts=P2,P3 GraceTime=0 PriceFactor=1.0",
+             "Tier=P1 QOS=p1-guaranteed Aliases=p1,plan-b-guaranteed,guaranteed Priority=10000 "
+             "Preemptible=no Preempts=P0,P2,P3 GraceTime=0 PriceFactor=1.0"]
+    never = "breaks the policy's invariant \"P0 and P1 are never preempted\""
+    try:
+        log_size = os.path.getsize(log)
+        cluster.set_planc_conf(lines)  # restarts slurmctld: it must come up
+        check = cluster.run(os.path.join(ROOT, "planc-conf"), "check", conf)
+        assert check.returncode == 0, check.stderr
+        assert (f"planc-conf: warning: {conf}: P0 (p0-lease) is preemptible "
+                f"(Preemptible=yes): {never}") in check.stderr, check.stderr
+        assert f"P1 (p1-guaranteed) may preempt P0 (Preempts=): {never}" in check.stderr
+        with open(log, errors="replace") as f:
+            f.seek(log_size)
+            new_log = f.read()
+        for plugin in ("job_submit/planc", "preempt/planc", "jobcomp/planc", "slurmctld/planc"):
+            assert (f"{plugin}: warning: {conf}: P0 (p0-lease) is preemptible "
+                    f"(Preemptible=yes): {never}") in new_log, plugin
+    finally:
+        cluster.set_planc_conf([])

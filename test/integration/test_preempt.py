@@ -14,6 +14,7 @@ business (test/bench/bench-preempt), not asserted here.
 """
 import datetime
 import os
+import re
 import signal
 import time
 
@@ -100,7 +101,9 @@ def test_p3_victim_goes_first_without_grace(c):
     assert c.run("scontrol", "show", "job", victim, user="pcbob").returncode == 0
     text = c.run("scontrol", "show", "job", victim, user="pcbob").stdout
     assert f"by job {p0} (P0 p0-lease); no grace (P3); requeued (auto-restart)" in text
-    assert "retry in a guaranteed tier: --qos=p1-guaranteed" in text
+    # acct-spot may use no guaranteed tier: it is told whom to ask.
+    assert ("account acct-spot may use no guaranteed tier; ask your account coordinator for "
+            "access to p0-lease (P0) or p1-guaranteed (P1)") in text
     assert note["Requeue"] == "1" and note["Restarts"] == "1"
 
 
@@ -117,7 +120,7 @@ def test_p2_victim_gets_sigterm_and_its_grace_then_runs_again(c):
     assert c.state(victim) == "RUNNING"
     text = c.run("scontrol", "show", "job", victim, user="pcbob").stdout
     assert f"by job {p0} (P0 p0-lease); SIGTERM sent, grace until" in text
-    assert "(30 s to checkpoint); requeued (auto-restart)" in text
+    assert "(30 s to checkpoint); to be requeued (auto-restart) when the grace ends" in text
     c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=150)
     t_run = time.time() - t0
     print(f"\nP2 victim: SIGTERM after {t_term:.1f} s, P0 running after {t_run:.1f} s "
@@ -142,6 +145,7 @@ def test_p2_victim_gets_sigterm_and_its_grace_then_runs_again(c):
     rows = c.run("sacct", "-n", "-P", "-D", "-X", "-j", victim, "-o", "State,AdminComment",
                  user="pcbob").stdout
     assert "PREEMPTED|planc: preempted at" in rows, rows
+    assert "(30 s to checkpoint); requeued (auto-restart); preemption 1 of" in rows, rows
 
 
 def test_p2_preempts_p3_but_not_p2_or_guaranteed(c):
@@ -217,6 +221,16 @@ def test_preemption_cap_survives_restart(small_cluster):
         c.wait_for(f"preemption {n}", lambda: c.state(p0) == "RUNNING", timeout=90)
         text = c.run("scontrol", "show", "job", victim).stdout
         assert f"preemption {n} of at most 3 per 1 h" in text
+        # The third one says until when the job is protected: an hour after
+        # the first (PreemptWindow=1h).
+        if n == 1:
+            first_at = datetime.datetime.fromisoformat(
+                re.search(r"preempted at (\S+?)Z", text).group(1))
+        protected = re.search(r"protected from preemption until (\S+?)Z", text)
+        assert bool(protected) == (n == 3), text
+        if protected:
+            until = datetime.datetime.fromisoformat(protected.group(1))
+            assert until == first_at + datetime.timedelta(hours=1), text
         c.run("scancel", p0, check=True)
         if n == 2:
             c.ctl("restart-ctld")

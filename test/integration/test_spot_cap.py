@@ -31,27 +31,37 @@ def capped(cluster):
     cluster.set_planc_conf([])
 
 
-def sbatch(c, qos, *extra):
-    return c.sbatch("-A", "acct-spot", f"--qos={qos}", "--gres=gpu:8", *extra, "--wrap",
-                    "sleep 600", user="pcbob")
+def sbatch(c, qos, *extra, user="pcbob", account="acct-spot"):
+    return c.sbatch("-A", account, f"--qos={qos}", "--gres=gpu:8", *extra, "--wrap",
+                    "sleep 600", user=user)
 
 
-def refused_p3(c):
+def refused_p3(c, user="pcbob", account="acct-spot"):
     """Submits a held P3 job; returns sbatch's error text when refused."""
-    jobid, p = sbatch(c, "p3", "--hold")
+    jobid, p = sbatch(c, "p3", "--hold", user=user, account=account)
     if jobid:
         c.run("scancel", jobid)
         return None
     return p.stderr
 
 
-def check_message(c, err):
+# What each account is told to do instead: a guaranteed tier it may use
+# (acct-lease has P0 but not P1, acct-api P1), or that it has none.
+ADVICE = {
+    "acct-spot": "account acct-spot may use no guaranteed tier; ask your account coordinator "
+                 "for access to p0-lease (P0) or p1-guaranteed (P1)",
+    "acct-lease": "To run now, use a guaranteed tier: --qos=p0-lease (P0, Plan A long-term lease)",
+    "acct-api": "To run now, use a guaranteed tier: --qos=p1-guaranteed (P1, ",
+}
+
+
+def check_message(c, err, account="acct-spot"):
     reset = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c.reset_at))
     assert re.search(
-        r"sbatch: error: daily spot cap reached: account acct-spot has used \d+\.\d+ of its 0\.01 "
-        r"card-hours of P3 \(p3-spot\) today, counting running jobs\. "
-        rf"The cap resets at {reset} UTC\+00:00 \(in [^)]*\)\. "
-        r"To run now, use a guaranteed tier: --qos=p1-guaranteed \(P1, ", err), err
+        rf"sbatch: error: daily spot cap reached: account {account} has used \d+\.\d+ of its "
+        r"0\.01 card-hours of P3 \(p3-spot\) today, counting running jobs\. "
+        rf"The cap resets at {reset} UTC\+00:00 \(in [^)]*\)\. " + re.escape(ADVICE[account]),
+        err), err
 
 
 def test_submission_past_the_cap_is_refused_also_after_a_restart(capped):
@@ -76,6 +86,14 @@ def test_submission_past_the_cap_is_refused_also_after_a_restart(capped):
     check_message(c, err)
     log = open(os.path.join(c.dir, "log", "slurmctld.log"), errors="replace").read()
     assert "slurmctld/planc: spot use restored from" in log
+    # Accounts with a guaranteed tier are told to use it.
+    for user, account in (("pcalice", "acct-lease"), ("pccarol", "acct-api")):
+        other, p = sbatch(c, "p3", user=user, account=account)
+        assert other, p.stderr
+        err = c.wait_for(f"{account}'s P3 submission to be refused",
+                         lambda: refused_p3(c, user, account), timeout=60)
+        check_message(c, err, account)
+        c.run("scancel", other)
     assert time.time() < c.reset_at, "the test ran into the reset; it proves nothing"
 
 
