@@ -1,13 +1,15 @@
 // What one Plan C plugin offers another inside slurmctld.
 //
 // Slurm loads each plugin with dlopen(RTLD_LOCAL), so plugins cannot link
-// against each other.  slurmctld/planc keeps the daily spot-cap counters
-// (its sampler thread owns them); job_submit/planc, which refuses
-// submissions over the cap, finds slurmctld/planc's exported query function
-// at run time with find_spot_used(): it looks for the loaded
-// slurmctld_planc.so among the process's objects and takes a reference to
-// it (dlopen RTLD_NOLOAD), so the code stays mapped even after Slurm
-// unloads the plugin; the function then answers "unknown".
+// against each other.  A plugin finds another's exported function at run
+// time with find_plugin_symbol(): it looks for the loaded object among the
+// process's objects and takes a reference to it (dlopen RTLD_NOLOAD), so
+// the code stays mapped even after Slurm unloads the plugin; the function
+// then answers "unknown" / does nothing.
+//   planc_spot_used_v1        slurmctld/planc's daily spot-cap counters,
+//                             read by job_submit/planc;
+//   planc_preempt_run_end_v1  preempt/planc's completion hook, called by
+//                             jobcomp/planc.
 #ifndef PLANC_PLUGINS_PLANC_SHARED_H_
 #define PLANC_PLUGINS_PLANC_SHARED_H_
 
