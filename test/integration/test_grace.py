@@ -18,7 +18,8 @@ import time
 import pytest
 
 from test_billing import psql
-from test_preempt import STUBBORN, events, first, running, submit_to_start
+# `c`: the cluster emptied before and after each test, with stubborn.sh.
+from test_preempt import c, events, first, running, submit_to_start  # noqa: F401
 
 # A checkpointing job: on SIGTERM it records the signal, "saves" for 2 s
 # and then does ACTION.  A second run (after a requeue) just runs.
@@ -28,14 +29,6 @@ echo "start $(date +%s.%N) restarts=${{SLURM_RESTART_COUNT:-0}}" >> $f
 trap 'echo "SIGTERM $(date +%s.%N)" >> '$f'; sleep 2; {action}' TERM
 while true; do sleep 0.2; done
 """
-
-
-@pytest.fixture
-def c(cluster):
-    cluster.cancel_all()
-    cluster.stubborn = cluster.write_script("stubborn.sh", STUBBORN.format(work=cluster.work))
-    yield cluster
-    cluster.cancel_all()
 
 
 def victim_and_preemptor(c, script, *victim_extra):
