@@ -197,83 +197,114 @@ class Parser {
     return true;
   }
 
+  // One table drives the parser and the valid-keys message.
+  using Setter = bool (Parser::*)(const Pair&);
+  struct Key {
+    const char* name;
+    Setter set;
+  };
+
   bool global_line(const std::vector<Pair>& pairs) {
     for (const Pair& p : pairs) {
-      std::string k = lower(p.key);
       if (!first_time(p)) return false;
-      bool ok = true;
-      if (k == "defaulttier") {
-        const Tier* t = cfg_.tiers.find(p.value);
-        if (!t) return bad(p, "unknown tier '" + p.value + "' (use P0, P1, P2 or P3)");
-        cfg_.default_tier = t->id;
-      } else if (k == "guaranteedcappercent") {
-        ok = uint_value(p, 1, 100, &cfg_.guaranteed_cap_percent);
-      } else if (k == "guaranteedpartition") {
-        if (!name_value(p, &cfg_.guaranteed_partition, true)) return false;
-      } else if (k == "guaranteedcapqos") {
-        if (!name_value(p, &cfg_.guaranteed_cap_qos, false)) return false;
-        cfg_.guaranteed_cap_qos = lower(cfg_.guaranteed_cap_qos);
-      } else if (k == "preemptmaxcount") {
-        ok = uint_value(p, 1, 1000, &cfg_.preempt_max_count);
-      } else if (k == "preemptwindow") {
-        ok = duration_value(p, 1, 366 * 86400, &cfg_.preempt_window_seconds);
-      } else if (k == "gracefinishedexitcode") {
-        if (iequals(p.value, "none")) {
-          cfg_.grace_finished_exit_code = -1;
-        } else {
-          uint32_t code = 0;
-          if (!uint_value(p, 1, 255, &code)) return false;
-          cfg_.grace_finished_exit_code = static_cast<int32_t>(code);
-        }
-      } else if (k == "starvationthreshold") {
-        ok = duration_value(p, 1, 366 * 86400, &cfg_.starvation_threshold_seconds);
-      } else if (k == "starvationinterval") {
-        ok = duration_value(p, 1, 86400, &cfg_.starvation_interval_seconds);
-      } else if (k == "starvationmaxperinterval") {
-        ok = uint_value(p, 1, 100000, &cfg_.starvation_max_per_interval);
-      } else if (k == "spotcapp2" || k == "spotcapp3") {
-        ok = spot_cap(p, k == "spotcapp2" ? TierId::kP2 : TierId::kP3);
-      } else if (k == "spotcapresettime") {
-        auto t = parse_time_of_day(p.value);
-        if (!t) return bad(p, "'" + p.value + "' is not a time of day (HH:MM, e.g. 00:00 or 04:30)");
-        cfg_.spot_reset_seconds = *t;
-      } else if (k == "spotcaptimezone") {
-        auto z = parse_utc_offset(p.value);
-        if (!z)
-          return bad(p, "'" + p.value +
-                            "' is not a UTC offset (e.g. UTC, UTC+8, +08:00, -05:30; zones with "
-                            "daylight saving time are not supported)");
-        cfg_.spot_utc_offset_seconds = *z;
-      } else if (k == "spotcapdaylength") {
-        ok = duration_value(p, 10, 86400, &cfg_.spot_day_seconds);
-      } else if (k == "currency") {
-        if (p.value.empty() || p.value.size() > 8 ||
-            p.value.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ") != std::string::npos)
-          return bad(p, "'" + p.value + "' is not a currency code (e.g. CNY, USD)");
-        cfg_.prices.currency = p.value;
-      } else if (k == "cardhourprice") {
-        ok = card_prices(p);
-      } else if (k == "defaultcardhourprice") {
-        ok = price_value(p, &cfg_.prices.default_card_hour);
-      } else if (k == "cardhourpricefloor") {
-        ok = price_value(p, &cfg_.prices.card_hour_floor);
-      } else if (k == "corehourprice") {
-        ok = price_value(p, &cfg_.prices.core_hour);
-      } else if (k == "memgibhourprice") {
-        ok = price_value(p, &cfg_.prices.mem_gib_hour);
-      } else if (k == "cardweight") {
-        ok = type_map(p, "WEIGHT", "1g.10gb:0.142857", kMicrosPerUnit, &cfg_.prices.card_weight);
-      } else if (k == "mpspercard") {
-        ok = uint_value(p, 1, 1000000, &cfg_.prices.mps_per_card);
-      } else if (k == "shardspercard") {
-        ok = uint_value(p, 1, 1000000, &cfg_.prices.shards_per_card);
-      } else {
-        return bad(p, "unknown key (valid keys: " + std::string(kGlobalKeys) +
-                          "; and Tier lines with " + std::string(kTierKeys) + ")");
-      }
-      if (!ok) return false;
+      const Key* key = find_key(kGlobalKeys, p.key);
+      if (!key)
+        return bad(p, "unknown key (valid keys: " + key_names(kGlobalKeys) +
+                          "; and Tier lines with " + key_names(kTierKeys) + ")");
+      if (!(this->*key->set)(p)) return false;
     }
     return true;
+  }
+
+  template <size_t N>
+  static const Key* find_key(const Key (&keys)[N], std::string_view name) {
+    for (const Key& k : keys)
+      if (iequals(k.name, name)) return &k;
+    return nullptr;
+  }
+  template <size_t N>
+  static std::string key_names(const Key (&keys)[N]) {
+    std::string out;
+    for (const Key& k : keys) out += (out.empty() ? "" : ", ") + std::string(k.name);
+    return out;
+  }
+
+  bool set_default_tier(const Pair& p) {
+    const Tier* t = cfg_.tiers.find(p.value);
+    if (!t) return bad(p, "unknown tier '" + p.value + "' (use P0, P1, P2 or P3)");
+    cfg_.default_tier = t->id;
+    return true;
+  }
+  bool set_cap_percent(const Pair& p) { return uint_value(p, 1, 100, &cfg_.guaranteed_cap_percent); }
+  bool set_guaranteed_partition(const Pair& p) {
+    return name_value(p, &cfg_.guaranteed_partition, true);
+  }
+  bool set_cap_qos(const Pair& p) {
+    if (!name_value(p, &cfg_.guaranteed_cap_qos, false)) return false;
+    cfg_.guaranteed_cap_qos = lower(cfg_.guaranteed_cap_qos);
+    return true;
+  }
+  bool set_max_count(const Pair& p) { return uint_value(p, 1, 1000, &cfg_.preempt_max_count); }
+  bool set_window(const Pair& p) {
+    return duration_value(p, 1, 366 * 86400, &cfg_.preempt_window_seconds);
+  }
+  bool set_finished_code(const Pair& p) {
+    if (iequals(p.value, "none")) {
+      cfg_.grace_finished_exit_code = -1;
+      return true;
+    }
+    uint32_t code = 0;
+    if (!uint_value(p, 1, 255, &code)) return false;
+    cfg_.grace_finished_exit_code = static_cast<int32_t>(code);
+    return true;
+  }
+  bool set_starvation_threshold(const Pair& p) {
+    return duration_value(p, 1, 366 * 86400, &cfg_.starvation_threshold_seconds);
+  }
+  bool set_starvation_interval(const Pair& p) {
+    return duration_value(p, 1, 86400, &cfg_.starvation_interval_seconds);
+  }
+  bool set_starvation_max(const Pair& p) {
+    return uint_value(p, 1, 100000, &cfg_.starvation_max_per_interval);
+  }
+  bool set_spot_cap_p2(const Pair& p) { return spot_cap(p, TierId::kP2); }
+  bool set_spot_cap_p3(const Pair& p) { return spot_cap(p, TierId::kP3); }
+  bool set_spot_reset(const Pair& p) {
+    auto t = parse_time_of_day(p.value);
+    if (!t) return bad(p, "'" + p.value + "' is not a time of day (HH:MM, e.g. 00:00 or 04:30)");
+    cfg_.spot_reset_seconds = *t;
+    return true;
+  }
+  bool set_spot_zone(const Pair& p) {
+    auto z = parse_utc_offset(p.value);
+    if (!z)
+      return bad(p, "'" + p.value +
+                        "' is not a UTC offset (e.g. UTC, UTC+8, +08:00, -05:30; zones with "
+                        "daylight saving time are not supported)");
+    cfg_.spot_utc_offset_seconds = *z;
+    return true;
+  }
+  bool set_spot_day(const Pair& p) { return duration_value(p, 10, 86400, &cfg_.spot_day_seconds); }
+  bool set_currency(const Pair& p) {
+    if (p.value.empty() || p.value.size() > 8 ||
+        p.value.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ") != std::string::npos)
+      return bad(p, "'" + p.value + "' is not a currency code (e.g. CNY, USD)");
+    cfg_.prices.currency = p.value;
+    return true;
+  }
+  bool set_card_prices(const Pair& p) { return card_prices(p); }
+  bool set_default_card_price(const Pair& p) {
+    return price_value(p, &cfg_.prices.default_card_hour);
+  }
+  bool set_card_floor(const Pair& p) { return price_value(p, &cfg_.prices.card_hour_floor); }
+  bool set_core_price(const Pair& p) { return price_value(p, &cfg_.prices.core_hour); }
+  bool set_mem_price(const Pair& p) { return price_value(p, &cfg_.prices.mem_gib_hour); }
+  bool set_card_weight(const Pair& p) {
+    return type_map(p, "WEIGHT", "1g.10gb:0.142857", kMicrosPerUnit, &cfg_.prices.card_weight);
+  }
+  bool set_mps(const Pair& p) { return uint_value(p, 1, 1000000, &cfg_.prices.mps_per_card); }
+  bool set_shards(const Pair& p) {
+    return uint_value(p, 1, 1000000, &cfg_.prices.shards_per_card);
   }
 
   // Card-hours per account per day, or "unlimited".
@@ -324,60 +355,112 @@ class Parser {
       return bad(pairs[0], pairs[0].value + " is described twice (first on line " +
                                std::to_string(tier_seen_[tier_index(*id)]) + ")");
     tier_seen_[tier_index(*id)] = line_;
-    Tier& t = cfg_.tiers.mutable_tier(*id);
+    tier_ = &cfg_.tiers.mutable_tier(*id);
+    const Pair* factor = nullptr;
     for (size_t i = 1; i < pairs.size(); ++i) {
       const Pair& p = pairs[i];
-      std::string k = lower(p.key);
-      bool ok = true;
-      if (k == "qos") {
-        if (p.value.empty() || p.value.find_first_of(", \t") != std::string::npos)
-          return bad(p, "'" + p.value + "' is not a QoS name");
-        t.qos = lower(p.value);  // sacctmgr stores QoS names in lower case
-      } else if (k == "product") {
-        t.product = p.value;
-      } else if (k == "aliases") {
-        t.aliases = split_list(p.value);
-      } else if (k == "priority") {
-        ok = uint_value(p, 0, 2147483647u, &t.priority);
-      } else if (k == "preemptible") {
-        ok = bool_value(p, &t.preemptible);
-      } else if (k == "gracetime") {
-        ok = duration_value(p, 0, 3600, &t.grace_seconds);
-      } else if (k == "pricefactor") {
-        ok = price_factor(p, &t);
-      } else if (k == "preempts") {
-        t.preempts = {};
-        if (!iequals(p.value, "none")) {
-          auto items = split_list(p.value);
-          if (items.empty()) return bad(p, "expected a list of tiers (e.g. P2,P3) or none");
-          for (const std::string& item : items) {
-            auto victim = parse_tier_label(item);
-            if (!victim) return bad(p, "'" + item + "' is not a tier (use P0, P1, P2 or P3)");
-            t.preempts[tier_index(*victim)] = true;
-          }
-        }
-      } else {
-        return bad(p, "unknown key on a Tier line (valid: " + std::string(kTierKeys) + ")");
-      }
-      if (!ok) return false;
+      const Key* key = find_key(kTierKeys, p.key);
+      if (!key) return bad(p, "unknown key on a Tier line (valid: " + key_names(kTierKeys) + ")");
+      if (!(this->*key->set)(p)) return false;
+      if (iequals(p.key, "PriceFactor")) factor = &p;
+    }
+    // A factor is checked against the range once both are read (either
+    // may come first on the line).
+    const Tier& t = *tier_;
+    if (t.price_permille < t.price_min_permille || t.price_permille > t.price_max_permille) {
+      if (factor)
+        return bad(*factor, factor->value + " is outside the policy's range for " + t.label +
+                                " (" + format_micros(t.price_min_permille * 1000) + " to " +
+                                format_micros(t.price_max_permille * 1000) + ")");
+      const Pair* range = nullptr;
+      for (const Pair& p : pairs)
+        if (iequals(p.key, "PriceRange")) range = &p;
+      if (range)
+        return bad(*range, t.label + "'s PriceFactor " + permille_text(t.price_permille) +
+                               " is outside " + range->value);
     }
     return true;
   }
 
-  // The policy's price ranges (000, section 1): P2 is 30-40% of list,
-  // P3 30-50%; guaranteed tiers are list price or above.
+  bool set_qos(const Pair& p) {
+    if (p.value.empty() || p.value.find_first_of(", \t") != std::string::npos)
+      return bad(p, "'" + p.value + "' is not a QoS name");
+    tier_->qos = lower(p.value);  // sacctmgr stores QoS names in lower case
+    return true;
+  }
+  bool set_product(const Pair& p) {
+    tier_->product = p.value;
+    return true;
+  }
+  bool set_aliases(const Pair& p) {
+    tier_->aliases = split_list(p.value);
+    return true;
+  }
+  bool set_priority(const Pair& p) { return uint_value(p, 0, 2147483647u, &tier_->priority); }
+  bool set_preemptible(const Pair& p) { return bool_value(p, &tier_->preemptible); }
+  bool set_grace(const Pair& p) { return duration_value(p, 0, 3600, &tier_->grace_seconds); }
+  bool set_factor(const Pair& p) { return price_factor(p, tier_); }
+  bool set_preempts(const Pair& p) {
+    tier_->preempts = {};
+    if (iequals(p.value, "none")) return true;
+    auto items = split_list(p.value);
+    if (items.empty()) return bad(p, "expected a list of tiers (e.g. P2,P3) or none");
+    for (const std::string& item : items) {
+      auto victim = parse_tier_label(item);
+      if (!victim) return bad(p, "'" + item + "' is not a tier (use P0, P1, P2 or P3)");
+      tier_->preempts[tier_index(*victim)] = true;
+    }
+    return true;
+  }
+  bool set_victim_class(const Pair& p) {
+    uint32_t c = 0;
+    if (!uint_value(p, 1, 3, &c)) return false;
+    tier_->victim_class = static_cast<uint8_t>(c);
+    return true;
+  }
+  // A tier label or none.
+  bool tier_or_none(const Pair& p, std::optional<TierId>* out) {
+    if (iequals(p.value, "none")) {
+      out->reset();
+      return true;
+    }
+    auto t = parse_tier_label(p.value);
+    if (!t) return bad(p, "'" + p.value + "' is not a tier (use P0, P1, P2, P3 or none)");
+    *out = *t;
+    return true;
+  }
+  bool set_alternative(const Pair& p) { return tier_or_none(p, &tier_->alternative); }
+  bool set_starve_into(const Pair& p) { return tier_or_none(p, &tier_->starves_into); }
+  bool set_starve_after(const Pair& p) {
+    return duration_value(p, 1, 366 * 86400, &tier_->starve_after_seconds);
+  }
+  bool set_price_range(const Pair& p) {
+    size_t dash = p.value.find('-');
+    auto factor = [](std::string_view v) -> std::optional<uint32_t> {
+      auto m = parse_decimal_micros(v);
+      if (!m || *m % 1000 != 0 || *m > 1000 * kMicrosPerUnit) return std::nullopt;
+      return static_cast<uint32_t>(*m / 1000);
+    };
+    std::optional<uint32_t> lo, hi;
+    if (dash != std::string::npos) {
+      lo = factor(std::string_view(p.value).substr(0, dash));
+      hi = factor(std::string_view(p.value).substr(dash + 1));
+    }
+    if (!lo || !hi || *lo > *hi)
+      return bad(p, "'" + p.value + "' is not a range of factors LOW-HIGH (e.g. 0.30-0.40)");
+    tier_->price_min_permille = *lo;
+    tier_->price_max_permille = *hi;
+    return true;
+  }
+
+  // A factor with at most 3 decimals; its tier's PriceRange (the policy's
+  // by default: P2 30-40% of list, P3 30-50%, guaranteed tiers list or
+  // above) is checked at the end of the line.
   bool price_factor(const Pair& p, Tier* t) {
     auto m = parse_decimal_micros(p.value);
     if (!m || *m % 1000 != 0)
       return bad(p, "'" + p.value + "' is not a factor with at most 3 decimals (e.g. 0.35)");
-    uint32_t permille = static_cast<uint32_t>(*m / 1000);
-    uint32_t lo = 1000, hi = 10000;
-    if (t->id == TierId::kP2) lo = 300, hi = 400;
-    if (t->id == TierId::kP3) lo = 300, hi = 500;
-    if (permille < lo || permille > hi)
-      return bad(p, p.value + " is outside the policy's range for " + t->label + " (" +
-                        format_micros(lo * 1000) + " to " + format_micros(hi * 1000) + ")");
-    t->price_permille = permille;
+    t->price_permille = static_cast<uint32_t>(*m / 1000);
     return true;
   }
 
@@ -390,21 +473,54 @@ class Parser {
     return true;
   }
 
-  static constexpr const char* kGlobalKeys =
-      "DefaultTier, GuaranteedCapPercent, GuaranteedPartition, GuaranteedCapQOS, "
-      "PreemptMaxCount, PreemptWindow, GraceFinishedExitCode, "
-      "StarvationThreshold, StarvationInterval, StarvationMaxPerInterval, SpotCapP2, SpotCapP3, "
-      "SpotCapResetTime, SpotCapTimeZone, SpotCapDayLength, Currency, "
-      "CardHourPrice, DefaultCardHourPrice, CardHourPriceFloor, CoreHourPrice, "
-      "MemGiBHourPrice, CardWeight, MpsPerCard, ShardsPerCard";
-  static constexpr const char* kTierKeys =
-      "QOS, Product, Aliases, Priority, Preemptible, Preempts, GraceTime, PriceFactor";
+  static constexpr Key kGlobalKeys[] = {
+      {"DefaultTier", &Parser::set_default_tier},
+      {"GuaranteedCapPercent", &Parser::set_cap_percent},
+      {"GuaranteedPartition", &Parser::set_guaranteed_partition},
+      {"GuaranteedCapQOS", &Parser::set_cap_qos},
+      {"PreemptMaxCount", &Parser::set_max_count},
+      {"PreemptWindow", &Parser::set_window},
+      {"GraceFinishedExitCode", &Parser::set_finished_code},
+      {"StarvationThreshold", &Parser::set_starvation_threshold},
+      {"StarvationInterval", &Parser::set_starvation_interval},
+      {"StarvationMaxPerInterval", &Parser::set_starvation_max},
+      {"SpotCapP2", &Parser::set_spot_cap_p2},
+      {"SpotCapP3", &Parser::set_spot_cap_p3},
+      {"SpotCapResetTime", &Parser::set_spot_reset},
+      {"SpotCapTimeZone", &Parser::set_spot_zone},
+      {"SpotCapDayLength", &Parser::set_spot_day},
+      {"Currency", &Parser::set_currency},
+      {"CardHourPrice", &Parser::set_card_prices},
+      {"DefaultCardHourPrice", &Parser::set_default_card_price},
+      {"CardHourPriceFloor", &Parser::set_card_floor},
+      {"CoreHourPrice", &Parser::set_core_price},
+      {"MemGiBHourPrice", &Parser::set_mem_price},
+      {"CardWeight", &Parser::set_card_weight},
+      {"MpsPerCard", &Parser::set_mps},
+      {"ShardsPerCard", &Parser::set_shards},
+  };
+  static constexpr Key kTierKeys[] = {
+      {"QOS", &Parser::set_qos},
+      {"Product", &Parser::set_product},
+      {"Aliases", &Parser::set_aliases},
+      {"Priority", &Parser::set_priority},
+      {"Preemptible", &Parser::set_preemptible},
+      {"Preempts", &Parser::set_preempts},
+      {"GraceTime", &Parser::set_grace},
+      {"PriceFactor", &Parser::set_factor},
+      {"PriceRange", &Parser::set_price_range},
+      {"VictimClass", &Parser::set_victim_class},
+      {"Alternative", &Parser::set_alternative},
+      {"StarveInto", &Parser::set_starve_into},
+      {"StarveAfter", &Parser::set_starve_after},
+  };
 
   std::string_view filename_;
   size_t line_ = 0;
   std::string error_;
   PlancConfig cfg_;
   std::map<std::string, size_t> global_seen_;
+  Tier* tier_ = nullptr;  // the Tier line being read
   std::array<size_t, kTierCount> tier_seen_{};
 };
 
@@ -527,6 +643,10 @@ std::vector<std::string> policy_warnings(const PlancConfig& cfg) {
     warn("GuaranteedCapPercent=" + std::to_string(cfg.guaranteed_cap_percent) +
              " lets P0 and P1 hold more than 80% of the GPUs",
          kCap);
+  for (const Tier& t : tt.all())
+    if (t.alternative && tt.tier(*t.alternative).preemptible)
+      out.push_back(t.label + "'s Alternative " + tt.tier(*t.alternative).label +
+                    " is preemptible: its jobs are advised another guaranteed tier instead");
   for (TierId s : {TierId::kP2, TierId::kP3})
     if (!tt.tier(s).preemptible)
       warn(name(tt.tier(s)) + " is not preemptible (Preemptible=no)", "P2 and P3 are preemptible");

@@ -86,6 +86,20 @@ std::string remove_free_attempt_mark(std::string_view s) {
   return std::string(before) + std::string(after);
 }
 
+std::optional<std::pair<TierId, TierId>> free_attempt_tiers(std::string_view s) {
+  auto m = find_mark(s);
+  if (!m) return std::nullopt;
+  std::string_view mark = s.substr(m->begin, m->end - m->begin);
+  auto label_after = [&](std::string_view lead) -> std::optional<TierId> {
+    size_t at = mark.find(lead);
+    if (at == std::string_view::npos) return std::nullopt;
+    return parse_tier_label(mark.substr(at + lead.size(), 2));
+  };
+  auto from = label_after(" upgraded from "), to = label_after(") to ");
+  if (!from || !to) return std::nullopt;
+  return std::make_pair(*from, *to);
+}
+
 std::optional<time_t> free_attempt_upgraded_at(std::string_view s) {
   auto m = find_mark(s);
   if (!m) return std::nullopt;

@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/config.h"
 
@@ -50,6 +51,10 @@ std::string add_free_attempt_mark(std::string_view admin_comment, std::string_vi
 
 // `admin_comment` without the mark (and its separator); other text kept.
 std::string remove_free_attempt_mark(std::string_view admin_comment);
+
+// The tiers the job was upgraded from and to, read back from the mark
+// ("upgraded from P3 (...) to P2 (...)"); nullopt without a readable mark.
+std::optional<std::pair<TierId, TierId>> free_attempt_tiers(std::string_view admin_comment);
 
 // When the job was upgraded, read back from the mark; nullopt without a
 // mark or when the mark's time cannot be read.

@@ -122,21 +122,12 @@ uint32_t run_minutes(time_t started, time_t now) {
 }
 
 uint32_t victim_rank(const VictimFacts& v) {
-  // [31:30] tier class, [29:22] preemptions in window, [21:0] run minutes.
+  // [31:30] victim class, [29:22] preemptions in window, [21:0] run minutes.
   // Class 0 is kInGraceRank's alone.
-  uint32_t tier_class;
-  switch (v.tier) {
-    case TierId::kP3: tier_class = 1; break;
-    case TierId::kP2: tier_class = 2; break;
-    default: tier_class = 3; break;  // never preempted; last if ever offered
-  }
+  uint32_t tier_class = std::clamp<uint32_t>(v.victim_class, 1, 3);
   uint32_t count = std::min<uint32_t>(v.recent_preemptions, 0xff);
   uint32_t minutes = std::min<uint32_t>(v.run_minutes, 0x3fffff);
   return (tier_class << 30) | (count << 22) | minutes;
-}
-
-TierId guaranteed_alternative(TierId preempted) {
-  return preempted == TierId::kP2 ? TierId::kP0 : TierId::kP1;
 }
 
 bool Entitlement::allows(const Tier& t) const {
@@ -146,10 +137,12 @@ bool Entitlement::allows(const Tier& t) const {
 }
 
 const Tier* advised_tier(const PlancConfig& cfg, TierId from, const Entitlement& ent) {
-  const Tier& first = cfg.tiers.tier(guaranteed_alternative(from));
-  if (!ent.known || ent.allows(first)) return &first;
+  const Tier* first = nullptr;
+  if (auto alt = cfg.tiers.tier(from).alternative; alt && !cfg.tiers.tier(*alt).preemptible)
+    first = &cfg.tiers.tier(*alt);
+  if (first && (!ent.known || ent.allows(*first))) return first;
   for (const Tier& t : cfg.tiers.all())
-    if (!t.preemptible && ent.allows(t)) return &t;
+    if (!t.preemptible && (!ent.known || ent.allows(t))) return &t;
   return nullptr;
 }
 

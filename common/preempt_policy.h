@@ -8,6 +8,7 @@
 #ifndef PLANC_COMMON_PREEMPT_POLICY_H_
 #define PLANC_COMMON_PREEMPT_POLICY_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -108,7 +109,7 @@ class LedgerFilter {
 
 // What the victim order looks at.
 struct VictimFacts {
-  TierId tier;
+  uint8_t victim_class;         // the tier's VictimClass (1: taken first)
   uint32_t recent_preemptions;  // in the cap's window
   uint32_t run_minutes;         // run_minutes(): the work at risk
 };
@@ -127,17 +128,13 @@ uint32_t run_minutes(time_t started, time_t now);
 // ranks a job already in its grace period 0, before all of these, so one
 // preemptor does not start a second preemption while the first runs out.)
 // The order:
-//   1. tier: P3 before P2 (a lower tier first; guaranteed tiers never);
+//   1. the tier's VictimClass (planc.conf; the policy's: P3 1, P2 2,
+//      guaranteed tiers 3, never offered as they are never preempted);
 //   2. fewer preemptions in the window first (spreads preemption so no
 //      job is hit again and again);
 //   3. shorter current run first, in run_minutes() (loses the least work).
 uint32_t victim_rank(const VictimFacts& v);
 inline constexpr uint32_t kInGraceRank = 0;  // below every victim_rank()
-
-// The guaranteed tier a preempted job's owner can retry in: the same
-// product line's guaranteed tier (Plan A spot P2 -> P0 lease, Plan B spot
-// P3 -> P1 guaranteed).  The policy's first choice; see advised_tier().
-TierId guaranteed_alternative(TierId preempted);
 
 // Which Plan C tiers an account may use: slurmdbd's association QoS list,
 // as slurmctld holds it.  `known` is false when slurmctld has no
@@ -151,10 +148,11 @@ struct Entitlement {
 };
 
 // The guaranteed tier a job of tier `from` whose account has `ent` is told
-// to use to avoid preemption or a spot cap: guaranteed_alternative(from)
-// when the account may use it, else the first other guaranteed tier it may
-// use.  With an unknown entitlement, guaranteed_alternative(from).  nullptr
-// when the account may use no guaranteed tier.
+// to use to avoid preemption or a spot cap: the tier's Alternative
+// (planc.conf; the policy's: P2 -> P0, P3 -> P1) when it is guaranteed and
+// the account may use it, else the first guaranteed tier the account may
+// use (with an unknown entitlement: the Alternative, else the first
+// guaranteed tier).  nullptr when there is none.
 const Tier* advised_tier(const PlancConfig& cfg, TierId from, const Entitlement& ent);
 
 // What a spot job's owner is told to do instead, after `lead` (e.g. "To

@@ -23,9 +23,11 @@ std::string_view reason_name(PendingReason r) {
 }
 
 bool is_starving(const PlancConfig& cfg, const PendingJob& job, time_t now) {
-  return job.tier == TierId::kP3 && reason_counts(job.reason) && job.eligible_since > 0 &&
-         now > job.eligible_since &&
-         static_cast<uint64_t>(now - job.eligible_since) > cfg.starvation_threshold_seconds;
+  const Tier& t = cfg.tiers.tier(job.tier);
+  const uint32_t after =
+      t.starve_after_seconds ? t.starve_after_seconds : cfg.starvation_threshold_seconds;
+  return t.starves_into && reason_counts(job.reason) && job.eligible_since > 0 &&
+         now > job.eligible_since && static_cast<uint64_t>(now - job.eligible_since) > after;
 }
 
 std::vector<Upgrade> select_upgrades(const PlancConfig& cfg, const std::vector<PendingJob>& jobs,
@@ -33,9 +35,9 @@ std::vector<Upgrade> select_upgrades(const PlancConfig& cfg, const std::vector<P
   std::vector<Upgrade> out;
   for (const PendingJob& j : jobs)
     if (is_starving(cfg, j, now))
-      out.push_back({j.job_id, static_cast<uint32_t>(std::min<time_t>(now - j.eligible_since,
-                                                                      0xffffffff)),
-                     j.reason});
+      out.push_back({j.job_id,
+                     static_cast<uint32_t>(std::min<time_t>(now - j.eligible_since, 0xffffffff)),
+                     j.reason, j.tier, *cfg.tiers.tier(j.tier).starves_into});
   auto longer = [](const Upgrade& a, const Upgrade& b) {
     return a.waited_seconds != b.waited_seconds ? a.waited_seconds > b.waited_seconds
                                                 : a.job_id < b.job_id;
@@ -47,8 +49,8 @@ std::vector<Upgrade> select_upgrades(const PlancConfig& cfg, const std::vector<P
 }
 
 MarkAction decide_marked(const MarkedJob& job) {
-  if (job.tier != TierId::kP2) return MarkAction::kDropMark;
-  if (job.upgraded_at && job.submit_time > job.upgraded_at) return MarkAction::kBackToP3;
+  if (job.tier != job.to) return MarkAction::kDropMark;
+  if (job.upgraded_at && job.submit_time > job.upgraded_at) return MarkAction::kBack;
   return MarkAction::kKeep;
 }
 

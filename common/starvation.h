@@ -1,24 +1,28 @@
-// The starvation upgrade: which pending jobs slurmctld/planc moves from P3
-// to a free P2 attempt, and which marked jobs go back to P3.
+// The starvation upgrade: which pending jobs slurmctld/planc moves to a
+// free attempt in a higher tier, and which marked jobs go back.
 //
 // Policy (000, section 8): "P3 queued more than 30 minutes gets a free
-// attempt as P2".  A P3 job counts as starving when
+// attempt as P2".  Which tier starves into which, and after how long, is
+// each tier's StarveInto and StarveAfter in planc.conf (the policy's
+// values by default: P3 into P2 after StarvationThreshold).  A job of a
+// tier with StarveInto counts as starving when
 //   - it is pending for Resources or Priority, i.e. for the cluster, not for
 //     a reason of its own (held, a dependency, a begin time, its account's
 //     or QoS limits, or no reason yet), and
 //   - it has been eligible (Slurm's accrue time: not held, dependencies met,
-//     begin time reached) for MORE than StarvationThreshold seconds; at
-//     exactly the threshold it has not starved yet.
+//     begin time reached) for MORE than its tier's StarveAfter (default
+//     StarvationThreshold) seconds; at exactly that it has not starved yet.
 // Each interval at most StarvationMaxPerInterval jobs are upgraded, longest
 // waiting first (ties: lower job id first).
 //
-// A job with the free-attempt mark (common/job_marks.h):
-//   - pending in P2 and requeued after the upgrade (it ran: its submit time
-//     is later than the mark's time): the attempt is over, back to P3 with
-//     the mark removed and a fresh clock (requeue restarts Slurm's accrue
-//     time);
-//   - pending in any tier but P2 (someone moved it): the mark is removed;
-//   - otherwise (still waiting in P2, running, finished) it is left alone.
+// A job with the free-attempt mark (common/job_marks.h), which names the
+// tiers it went from and to:
+//   - pending in the "to" tier and requeued after the upgrade (it ran: its
+//     submit time is later than the mark's time): the attempt is over,
+//     back to the "from" tier with the mark removed and a fresh clock
+//     (requeue restarts Slurm's accrue time);
+//   - pending in any other tier (someone moved it): the mark is removed;
+//   - otherwise (still waiting, running, finished) it is left alone.
 //
 // Pure functions; the plugin fills the facts from job records.
 #ifndef PLANC_COMMON_STARVATION_H_
@@ -60,6 +64,7 @@ struct Upgrade {
   uint32_t job_id;
   uint32_t waited_seconds;
   PendingReason reason;
+  TierId from, to;  // to: the tier's StarveInto
 };
 
 // True when `job` has starved at `now` (see the header comment).
@@ -72,12 +77,13 @@ std::vector<Upgrade> select_upgrades(const PlancConfig& cfg, const std::vector<P
 // A pending job carrying the free-attempt mark.
 struct MarkedJob {
   uint32_t job_id = 0;
-  TierId tier = TierId::kP2;
-  time_t submit_time = 0;   // Slurm resets it on requeue
-  time_t upgraded_at = 0;   // from the mark; 0: unreadable
+  TierId tier = TierId::kP2;  // its tier now
+  time_t submit_time = 0;     // Slurm resets it on requeue
+  time_t upgraded_at = 0;     // from the mark; 0: unreadable
+  TierId from = TierId::kP3, to = TierId::kP2;  // from the mark
 };
 
-enum class MarkAction { kKeep, kBackToP3, kDropMark };
+enum class MarkAction { kKeep, kBack, kDropMark };
 MarkAction decide_marked(const MarkedJob& job);
 
 }  // namespace planc

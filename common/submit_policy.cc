@@ -114,7 +114,7 @@ SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req) {
   }
   if (req.on_free_attempt && !req.privileged) {
     d.error = SubmitError::kFreeAttempt;
-    d.message = "this job is on a free P2 attempt after starving in P3; its tier cannot be "
+    d.message = "this job is on a free attempt after starving in its tier; its tier cannot be "
                 "changed while the attempt lasts (cancel and resubmit, or ask an operator)";
     return d;
   }

@@ -1,6 +1,7 @@
 #include "common/tier.h"
 
 #include <cctype>
+#include <functional>
 
 namespace planc {
 
@@ -14,6 +15,16 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
+std::string permille_text(uint32_t permille) {
+  std::string s = std::to_string(permille / 1000) + ".";
+  uint32_t frac = permille % 1000;
+  char buf[4] = {static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10),
+                 static_cast<char>('0' + frac % 10), 0};
+  std::string f(buf);
+  while (f.size() > 2 && f.back() == '0') f.pop_back();
+  return s + f;
+}
+
 std::optional<TierId> parse_tier_label(std::string_view s) {
   if (s.size() == 2 && (s[0] == 'P' || s[0] == 'p') && s[1] >= '0' && s[1] <= '3')
     return static_cast<TierId>(s[1] - '0');
@@ -22,22 +33,45 @@ std::optional<TierId> parse_tier_label(std::string_view s) {
 
 TierTable TierTable::defaults() {
   TierTable t;
-  auto& p0 = t.tiers_[0];
-  p0 = {TierId::kP0, "P0", "Plan A long-term lease", "p0-lease",
-        {"p0", "plan-a-lease", "lease"}, 10000, false, 0, 1000, {}};
-  p0.preempts = {false, false, true, true};
-  auto& p1 = t.tiers_[1];
-  p1 = {TierId::kP1, "P1", "Plan B guaranteed API and internal critical services",
-        "p1-guaranteed", {"p1", "plan-b-guaranteed", "guaranteed"}, 10000, false, 0,
-        1000, {}};
-  p1.preempts = {false, false, true, true};
-  auto& p2 = t.tiers_[2];
-  p2 = {TierId::kP2, "P2", "Plan A spot instances and elastic training", "p2-spot",
-        {"p2", "plan-a-spot", "elastic"}, 5000, true, 30, 350, {}};
-  p2.preempts = {false, false, false, true};
-  auto& p3 = t.tiers_[3];
-  p3 = {TierId::kP3, "P3", "Plan B spot API and batch", "p3-spot",
-        {"p3", "plan-b-spot", "batch"}, 1000, true, 0, 400, {}};
+  auto make = [&](TierId id, const char* label, const char* product, const char* qos,
+                  std::vector<std::string> aliases, uint32_t priority, bool preemptible,
+                  uint32_t grace, uint32_t permille, std::array<bool, kTierCount> preempts) {
+    Tier& x = t.tiers_[tier_index(id)];
+    x.id = id;
+    x.label = label;
+    x.product = product;
+    x.qos = qos;
+    x.aliases = std::move(aliases);
+    x.priority = priority;
+    x.preemptible = preemptible;
+    x.grace_seconds = grace;
+    x.price_permille = permille;
+    x.preempts = preempts;
+    return std::ref(x);
+  };
+  make(TierId::kP0, "P0", "Plan A long-term lease", "p0-lease", {"p0", "plan-a-lease", "lease"},
+       10000, false, 0, 1000, {false, false, true, true});
+  make(TierId::kP1, "P1", "Plan B guaranteed API and internal critical services",
+       "p1-guaranteed", {"p1", "plan-b-guaranteed", "guaranteed"}, 10000, false, 0, 1000,
+       {false, false, true, true});
+  Tier& p2 = make(TierId::kP2, "P2", "Plan A spot instances and elastic training", "p2-spot",
+                  {"p2", "plan-a-spot", "elastic"}, 5000, true, 30, 350,
+                  {false, false, false, true});
+  Tier& p3 = make(TierId::kP3, "P3", "Plan B spot API and batch", "p3-spot",
+                  {"p3", "plan-b-spot", "batch"}, 1000, true, 0, 400, {});
+  // Victims: P3 before P2.  Advice: each product line's guaranteed tier
+  // (Plan A spot P2 -> P0 lease, Plan B spot P3 -> P1 guaranteed).  P3
+  // starves into P2 (policy 000, section 8).  Price ranges (section 1):
+  // P2 30-40% of list, P3 30-50%, guaranteed tiers list price or above.
+  p2.victim_class = 2;
+  p3.victim_class = 1;
+  p2.alternative = TierId::kP0;
+  p3.alternative = TierId::kP1;
+  p3.starves_into = TierId::kP2;
+  p2.price_min_permille = 300;
+  p2.price_max_permille = 400;
+  p3.price_min_permille = 300;
+  p3.price_max_permille = 500;
   return t;
 }
 
@@ -94,6 +128,17 @@ std::optional<TierTable::Problem> TierTable::validate() const {
       if (a.id < b.id && a.preempts[tier_index(b.id)] && b.preempts[tier_index(a.id)])
         return Problem{b.id, "Preempts",
                        a.label + " and " + b.label + " may not preempt each other"};
+  for (const Tier& t : tiers_) {
+    if (t.starves_into == t.id)
+      return Problem{t.id, "StarveInto", t.label + " cannot starve into itself"};
+    if (t.price_min_permille > t.price_max_permille)
+      return Problem{t.id, "PriceRange", "the lower bound is above the upper one"};
+    if (t.price_permille < t.price_min_permille || t.price_permille > t.price_max_permille)
+      return Problem{t.id, "PriceFactor",
+                     permille_text(t.price_permille) + " is outside " + t.label +
+                         "'s PriceRange " + permille_text(t.price_min_permille) + "-" +
+                         permille_text(t.price_max_permille)};
+  }
   return std::nullopt;
 }
 

@@ -35,6 +35,20 @@ struct Tier {
   uint32_t grace_seconds = 0;        // SIGTERM-to-kill grace when preempted
   uint32_t price_permille = 1000;    // price factor: 350 means 0.35x list
   std::array<bool, kTierCount> preempts{};  // preempts[i]: may preempt tier i
+  // The rules that are data too (planc.conf keys in brackets):
+  // [VictimClass] Slurm takes victims of a lower class first (1..3).
+  uint8_t victim_class = 3;
+  // [Alternative] the guaranteed tier this tier's jobs are advised to use
+  // to avoid preemption or a spot cap (first choice; see advised_tier()).
+  std::optional<TierId> alternative;
+  // [StarveInto, StarveAfter] a pending job of this tier that has waited
+  // longer than starve_after_seconds (0: StarvationThreshold) gets one free
+  // attempt in that tier.
+  std::optional<TierId> starves_into;
+  uint32_t starve_after_seconds = 0;
+  // [PriceRange] the PriceFactor the policy allows this tier.
+  uint32_t price_min_permille = 1000;
+  uint32_t price_max_permille = 10000;
 };
 
 class TierTable {
@@ -66,7 +80,9 @@ class TierTable {
   };
   // Checks the table's own consistency; returns the first problem found
   // (names clash, a tier preempts itself or a guaranteed tier, two tiers
-  // preempt each other).  What only departs from the policy (P0 made
+  // preempt each other, a tier that starves into itself, a PriceFactor
+  // outside its PriceRange).  An Alternative that is not guaranteed is
+  // only warned about (policy_warnings); advised_tier() skips it.  What only departs from the policy (P0 made
   // preemptible, P0 and P1 weighed differently) is valid: see
   // policy_warnings() in config.h.
   std::optional<Problem> validate() const;
@@ -88,6 +104,7 @@ class QosTierCache {
   explicit QosTierCache(const TierTable& table) : table_(table) {
     for (auto& slot : slots_) slot.store(kUnknown, std::memory_order_relaxed);
   }
+  const TierTable& table() const { return table_; }
   // `name` is only read the first time an id is seen.
   const Tier* lookup(uint32_t qos_id, const char* name) const {
     if (qos_id >= kSlots) return name ? table_.find_by_qos(name) : nullptr;
@@ -106,6 +123,9 @@ class QosTierCache {
   const TierTable& table_;
   mutable std::array<std::atomic<int8_t>, kSlots> slots_;
 };
+
+// 350 -> "0.35", 1000 -> "1.00", 333 -> "0.333".
+std::string permille_text(uint32_t permille);
 
 // Parses "P0".."P3" (case-insensitive) into a TierId.
 std::optional<TierId> parse_tier_label(std::string_view s);

@@ -426,7 +426,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         }
         const Tier* t = planc::slurm::job_tier(g->tiers, job_ptr);
         time_t now = time(nullptr);
-        planc::VictimFacts v{t ? t->id : TierId::kP0, 0, 0};
+        planc::VictimFacts v{t ? t->victim_class : uint8_t{3}, 0, 0};
         v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
         if (g->in_ledger.maybe_contains(job_ptr->job_id)) {
           std::lock_guard<std::mutex> l(g->mu);

@@ -146,19 +146,38 @@ PendingJob pending_facts(const job_record_t* job, TierId tier) {
   return PendingJob{job->job_id, tier, reason_of(job), eligible_since(job)};
 }
 
-MarkedJob marked_facts(const job_record_t* job, TierId tier) {
+MarkedJob marked_facts(const QosTierCache& tiers, const job_record_t* job, TierId tier) {
   auto at = free_attempt_upgraded_at(job->admin_comment);
-  return MarkedJob{job->job_id, tier, job->details ? job->details->submit_time : 0,
-                   at ? *at : 0};
+  MarkedJob m{job->job_id, tier, job->details ? job->details->submit_time : 0, at ? *at : 0};
+  m.to = tier;
+  m.from = tier;
+  if (auto ft = free_attempt_tiers(job->admin_comment)) {
+    m.from = ft->first;
+    m.to = ft->second;
+  } else {
+    // An unreadable mark: back to a tier that starves into this one.
+    for (const Tier& t : tiers.table().all())
+      if (t.starves_into == tier) m.from = t.id;
+  }
+  return m;
 }
+
 
 bool marked(const job_record_t* job) {
   return job->admin_comment && has_free_attempt_mark(job->admin_comment);
 }
 
+// The tier a running job counts in for the spot cap: a free attempt in the
+// tier it came from.
+TierId counted_tier(const job_record_t* job, TierId tier) {
+  if (!marked(job)) return tier;
+  auto ft = free_attempt_tiers(job->admin_comment);
+  return ft ? ft->first : tier;
+}
+
 }  // namespace
 
-size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* p3,
+size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* starvable,
                        std::vector<MarkedJob>* marked_jobs) {
   size_t seen = 0;
   ListIterator it = list_iterator_create(job_list);
@@ -167,8 +186,8 @@ size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* p3,
     ++seen;
     const Tier* t = job_tier(tiers, job);
     if (!t) continue;
-    if (t->id == TierId::kP3) p3->push_back(pending_facts(job, t->id));
-    if (marked(job)) marked_jobs->push_back(marked_facts(job, t->id));
+    if (t->starves_into) starvable->push_back(pending_facts(job, t->id));
+    if (marked(job)) marked_jobs->push_back(marked_facts(tiers, job, t->id));
   }
   list_iterator_destroy(it);
   return seen;
@@ -186,7 +205,7 @@ std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id) 
   const job_record_t* job = find_job_record(job_id);
   if (!job || !IS_JOB_PENDING(job) || !marked(job)) return std::nullopt;
   const Tier* t = job_tier(tiers, job);
-  return marked_facts(job, t ? t->id : TierId::kP0);
+  return marked_facts(tiers, job, t ? t->id : TierId::kP0);
 }
 
 void collect_running_spot(const QosTierCache& tiers, int gpu_pos,
@@ -201,7 +220,7 @@ void collect_running_spot(const QosTierCache& tiers, int gpu_pos,
     uint32_t gpus = 0;
     if (gpu_pos >= 0 && job->tres_alloc_cnt)
       gpus = static_cast<uint32_t>(job->tres_alloc_cnt[gpu_pos]);
-    TierId counted = marked(job) ? TierId::kP3 : t->id;
+    TierId counted = counted_tier(job, t->id);
     running->push_back({job->job_id, str(job->account), counted, gpus, job->start_time});
   }
   list_iterator_destroy(it);

@@ -63,10 +63,11 @@ void apply_decision(const SubmitDecision& d, job_desc_msg_t* desc);
 // --- slurmctld/planc ----------------------------------------------------------
 
 // The facts of the starvation rule for every pending job in slurmctld's
-// list: P3 jobs into `p3`, jobs carrying the free-attempt mark into
-// `marked`.  Returns how many pending jobs it looked at.  REQUIRES the job
-// read lock; allocates only for the jobs it returns.
-size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* p3,
+// list: jobs of a tier that starves into another (StarveInto) into
+// `starvable`, jobs carrying the free-attempt mark into `marked`.  Returns
+// how many pending jobs it looked at.  REQUIRES the job read lock;
+// allocates only for the jobs it returns.
+size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* starvable,
                        std::vector<MarkedJob>* marked);
 
 // The same facts for one job (nullopt: gone, or not pending).  REQUIRES the
@@ -77,7 +78,8 @@ std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id);
 // Every running job of a spot tier, with its GPUs (`gpu_tres_pos` in
 // tres_alloc_cnt; < 0: unknown, count 0), into `running`; for each of
 // `tracked` that is no longer running, its end time when Slurm still knows
-// it.  A free attempt counts as P3.  REQUIRES the job read lock.
+// it.  A free attempt counts in the tier it was upgraded from.  REQUIRES
+// the job read lock.
 void collect_running_spot(const QosTierCache& tiers, int gpu_tres_pos,
                           const std::vector<uint32_t>& tracked,
                           std::vector<RunningSpotJob>* running, std::map<uint32_t, time_t>* ended);

@@ -78,8 +78,8 @@ slurmctld_lock_t update_locks() {
 }
 
 std::string comment_after_upgrade(uint32_t job_id, const planc::Upgrade& u, time_t now) {
-  std::string mark = planc::free_attempt_mark(*g_config, TierId::kP3, TierId::kP2, now,
-                                              u.waited_seconds, planc::reason_name(u.reason));
+  std::string mark = planc::free_attempt_mark(*g_config, u.from, u.to, now, u.waited_seconds,
+                                              planc::reason_name(u.reason));
   return planc::add_free_attempt_mark(planc::slurm::admin_comment(job_id), mark);
 }
 
@@ -98,33 +98,37 @@ bool upgrade(const planc::Upgrade& planned) {
     u.waited_seconds = static_cast<uint32_t>(now - job->eligible_since);
     u.reason = job->reason;
     std::string comment = comment_after_upgrade(u.job_id, u, now);
-    rc = planc::slurm::update_job_as_slurm_user(
-        u.job_id, cfg.tiers.tier(TierId::kP2).qos.c_str(), comment.c_str());
+    rc = planc::slurm::update_job_as_slurm_user(u.job_id, cfg.tiers.tier(u.to).qos.c_str(),
+                                                comment.c_str());
     done = rc == SLURM_SUCCESS;
   }
   unlock_slurmctld(locks);
+  const char* from = cfg.tiers.tier(u.from).label.c_str();
+  const char* to = cfg.tiers.tier(u.to).label.c_str();
   if (done)
-    info("%s: JobId=%u upgraded from P3 to P2 (free attempt) after waiting %u s for %s",
-         plugin_type, u.job_id, u.waited_seconds, std::string(planc::reason_name(u.reason)).c_str());
+    info("%s: JobId=%u upgraded from %s to %s (free attempt) after waiting %u s for %s",
+         plugin_type, u.job_id, from, to, u.waited_seconds,
+         std::string(planc::reason_name(u.reason)).c_str());
   else if (rc != SLURM_SUCCESS)
-    error("%s: JobId=%u: upgrade to P2 failed: %s (tried again next interval)", plugin_type,
-          u.job_id, slurm_strerror(rc));
+    error("%s: JobId=%u: upgrade to %s failed: %s (tried again next interval)", plugin_type,
+          u.job_id, to, slurm_strerror(rc));
   return done;
 }
 
-// A marked pending job whose attempt is over (requeued) goes back to P3;
-// one moved to another tier by someone loses the mark.
+// A marked pending job whose attempt is over (requeued) goes back to the
+// tier it came from; one moved to another tier by someone loses the mark.
 bool settle_mark(uint32_t job_id) {
   const planc::PlancConfig& cfg = *g_config;
   slurmctld_lock_t locks = update_locks();
   lock_slurmctld(locks);
   auto job = planc::slurm::marked_job(*g_tiers, job_id);
   planc::MarkAction action = job ? planc::decide_marked(*job) : planc::MarkAction::kKeep;
+  const TierId from = job ? job->from : TierId::kP3, to = job ? job->to : TierId::kP2;
   int rc = SLURM_SUCCESS;
   if (action != planc::MarkAction::kKeep) {
     std::string comment = planc::remove_free_attempt_mark(planc::slurm::admin_comment(job_id));
     const char* qos =
-        action == planc::MarkAction::kBackToP3 ? cfg.tiers.tier(TierId::kP3).qos.c_str() : nullptr;
+        action == planc::MarkAction::kBack ? cfg.tiers.tier(from).qos.c_str() : nullptr;
     rc = planc::slurm::update_job_as_slurm_user(job_id, qos, comment.c_str());
   }
   unlock_slurmctld(locks);
@@ -134,27 +138,27 @@ bool settle_mark(uint32_t job_id) {
           plugin_type, job_id, slurm_strerror(rc));
     return false;
   }
-  if (action == planc::MarkAction::kBackToP3)
-    info("%s: JobId=%u: free P2 attempt ended by requeue; back in P3, waiting time restarts",
-         plugin_type, job_id);
+  if (action == planc::MarkAction::kBack)
+    info("%s: JobId=%u: free %s attempt ended by requeue; back in %s, waiting time restarts",
+         plugin_type, job_id, cfg.tiers.tier(to).label.c_str(), cfg.tiers.tier(from).label.c_str());
   else
-    info("%s: JobId=%u left P2 during its free attempt; free-attempt mark removed", plugin_type,
-         job_id);
+    info("%s: JobId=%u left %s during its free attempt; free-attempt mark removed", plugin_type,
+         job_id, cfg.tiers.tier(to).label.c_str());
   return true;
 }
 
 void starvation_scan() {
   const planc::PlancConfig& cfg = *g_config;
-  std::vector<planc::PendingJob> p3;
+  std::vector<planc::PendingJob> starvable;
   std::vector<planc::MarkedJob> marked;
   // Timed from holding the lock (not waiting for it): the scan's cost to
   // the rest of slurmctld.
   slurmctld_lock_t read = job_read_lock();
   lock_slurmctld(read);
   auto t0 = std::chrono::steady_clock::now();
-  size_t seen = planc::slurm::collect_pending(*g_tiers, &p3, &marked);
+  size_t seen = planc::slurm::collect_pending(*g_tiers, &starvable, &marked);
   unlock_slurmctld(read);
-  std::vector<planc::Upgrade> todo = planc::select_upgrades(cfg, p3, time(nullptr));
+  std::vector<planc::Upgrade> todo = planc::select_upgrades(cfg, starvable, time(nullptr));
   uint64_t usec = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
           .count());
@@ -163,8 +167,8 @@ void starvation_scan() {
   g_last_scan_usec = usec;
   g_last_scan_jobs = seen;
   if (usec > g_max_scan_usec) g_max_scan_usec = usec;
-  debug("%s: scan of %zu pending jobs (%zu in P3, %zu marked) took %lu us; %zu to upgrade",
-        plugin_type, seen, p3.size(), marked.size(), static_cast<unsigned long>(usec),
+  debug("%s: scan of %zu pending jobs (%zu may starve, %zu marked) took %lu us; %zu to upgrade",
+        plugin_type, seen, starvable.size(), marked.size(), static_cast<unsigned long>(usec),
         todo.size());
 
   bool changed = false;

@@ -94,6 +94,22 @@ int main(int argc, char** argv) {
                   factor(t.price_permille).c_str(), pl.empty() ? "-" : pl.c_str(),
                   aliases.c_str());
     }
+    auto tier_or_none = [&](const std::optional<planc::TierId>& t) {
+      return t ? cfg.tiers.tier(*t).label : std::string("none");
+    };
+    std::printf("%-4s %-11s %-11s %-10s %-11s %s\n", "TIER", "VICTIMCLASS", "ALTERNATIVE",
+                "STARVEINTO", "STARVEAFTER", "PRICERANGE");
+    for (const planc::Tier& t : cfg.tiers.all()) {
+      std::string after = !t.starves_into ? "-"
+                          : t.starve_after_seconds
+                              ? std::to_string(t.starve_after_seconds) + "s"
+                              : std::to_string(cfg.starvation_threshold_seconds) + "s";
+      std::string range =
+          planc::permille_text(t.price_min_permille) + "-" + planc::permille_text(t.price_max_permille);
+      std::printf("%-4s %-11u %-11s %-10s %-11s %s\n", t.label.c_str(), t.victim_class,
+                  tier_or_none(t.alternative).c_str(), tier_or_none(t.starves_into).c_str(),
+                  after.c_str(), range.c_str());
+    }
     std::printf("DefaultTier=%s GuaranteedCapPercent=%u GuaranteedPartition=%s "
                 "GuaranteedCapQOS=%s PreemptMaxCount=%u PreemptWindow=%us GraceFinishedExitCode=%s\n",
                 cfg.tiers.tier(cfg.default_tier).label.c_str(), cfg.guaranteed_cap_percent,

@@ -114,7 +114,7 @@ __attribute__((noinline)) uint32_t planc_prio(PlancState* s, const FakeJob* j) {
   if (j->preempt_time) return planc::kInGraceRank;
   const planc::Tier* t = j->qos ? s->tiers->lookup(j->qos->id, j->qos->name.c_str()) : nullptr;
   time_t now = time(nullptr);
-  planc::VictimFacts v{t ? t->id : planc::TierId::kP0, 0, 0};
+  planc::VictimFacts v{t ? t->victim_class : uint8_t{3}, 0, 0};
   v.run_minutes = planc::run_minutes(j->start_time, now);
   if (s->filter->maybe_contains(j->job_id)) {
     std::lock_guard<std::mutex> l(s->mu);

@@ -89,6 +89,19 @@ TEST(ConfigTest, ParsesValues) {
       // weight is only warned about: see PolicyWarnings).
       {"Tier=P0 Priority=20000\nTier=P1 Priority=20000",
        [](const PlancConfig& c) { return c.tiers.tier(TierId::kP1).priority == 20000; }},
+      {"Tier=P3 VictimClass=2 Alternative=P0 StarveInto=none", [](const PlancConfig& c) {
+         const Tier& t = c.tiers.tier(TierId::kP3);
+         return t.victim_class == 2 && t.alternative == TierId::kP0 && !t.starves_into;
+       }},
+      {"Tier=P2 StarveInto=P1 StarveAfter=2h Alternative=none", [](const PlancConfig& c) {
+         const Tier& t = c.tiers.tier(TierId::kP2);
+         return t.starves_into == TierId::kP1 && t.starve_after_seconds == 7200 && !t.alternative;
+       }},
+      // A wider range admits a lower factor, whichever comes first.
+      {"Tier=P2 PriceRange=0.20-0.40 PriceFactor=0.25",
+       [](const PlancConfig& c) { return c.tiers.tier(TierId::kP2).price_permille == 250; }},
+      {"Tier=P2 PriceFactor=0.25 PriceRange=0.20-0.40",
+       [](const PlancConfig& c) { return c.tiers.tier(TierId::kP2).price_min_permille == 200; }},
       {"SpotCapP3=2.5", [](const PlancConfig& c) {
          return c.spot_cap_card_seconds[3] == 9000 && c.spot_cap_card_seconds[2] == kUnlimited;
        }},
@@ -166,6 +179,13 @@ TEST(ConfigTest, Errors) {
       {"\nTier=P2 Preempts=P1", "f.conf:2: key 'Preempts': P2 may not preempt P1", "guaranteed"},
       {"Tier=P3 Preempts=P2", "f.conf:1: key 'Preempts': P2 and P3 may not preempt each other", ""},
       {"Tier=P3 Aliases=lease", "f.conf:1: key 'Aliases': the name 'lease'", "used by both P0 and P3"},
+      {"Tier=P2 VictimClass=4", "f.conf:1: key 'VictimClass'", "1 to 3"},
+      {"Tier=P2 Alternative=P9", "f.conf:1: key 'Alternative': 'P9' is not a tier", "or none"},
+      {"Tier=P3 StarveInto=P3", "f.conf:1: key 'StarveInto': P3 cannot starve into itself", ""},
+      {"Tier=P2 PriceRange=0.5-0.4", "f.conf:1: key 'PriceRange'", "LOW-HIGH"},
+      {"Tier=P2 PriceRange=0.40-0.50",
+       "f.conf:1: key 'PriceRange': P2's PriceFactor 0.35 is outside 0.40-0.50", ""},
+      {"Tier=P2 Victims=1", "f.conf:1: key 'Victims': unknown key on a Tier line", "VictimClass, Alternative, StarveInto, StarveAfter"},
       {"Tier=P3 QOS=p2-spot", "f.conf:1: key 'QOS'", "used by both P2 and P3"},
       {"Tier=P3 QOS=a,b", "f.conf:1: key 'QOS'", "not a QoS name"},
       {"Tier=P3 Product=\"unterminated", "f.conf:1: key 'Product': unterminated quote", ""},
@@ -246,7 +266,9 @@ TEST(ConfigTest, PolicyWarnings) {
       {"GuaranteedPartition=guaranteed\nTier=P0 Preemptible=yes\n"
        "Tier=P1 Preempts=P0,P2,P3",
        {"P0 (p0-lease) is preemptible (Preemptible=yes)" + never,
-        "P1 (p1-guaranteed) may preempt P0 (Preempts=)" + never}},
+        "P1 (p1-guaranteed) may preempt P0 (Preempts=)" + never,
+        "P2's Alternative P0 is preemptible: its jobs are advised another guaranteed tier "
+        "instead"}},
       {"GuaranteedPartition=guaranteed\nTier=P1 Priority=1",
        {"P0 has Priority=10000 and P1 Priority=1" + inv + "\"P0 and P1 weigh the same\""}},
       {"GuaranteedPartition=guaranteed\nTier=P2 Preempts=none",

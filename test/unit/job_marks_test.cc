@@ -73,6 +73,16 @@ TEST(JobMarksTest, UpgradeTimeReadBack) {
   EXPECT_FALSE(free_attempt_upgraded_at("[planc:free-attempt] at 2026-13-xxT"));
 }
 
+TEST(JobMarksTest, TiersReadBack) {
+  using T = TierId;
+  std::string mark = free_attempt_mark(cfg(), T::kP3, T::kP2, kT, 1900, "Resources");
+  EXPECT_EQ(free_attempt_tiers("admin | " + mark), std::make_pair(T::kP3, T::kP2));
+  EXPECT_EQ(free_attempt_tiers(free_attempt_mark(cfg(), T::kP2, T::kP1, kT, 60, "Priority")),
+            std::make_pair(T::kP2, T::kP1));
+  EXPECT_FALSE(free_attempt_tiers("planc: preempted at 2026-11-30T01:47:12Z"));
+  EXPECT_FALSE(free_attempt_tiers("[planc:free-attempt] upgraded from somewhere"));
+}
+
 TEST(JobMarksTest, PreemptionNoteBesideTheMark) {
   std::string mark = free_attempt_mark(cfg(), TierId::kP3, TierId::kP2, kT, 1900, "Resources");
   struct Case {

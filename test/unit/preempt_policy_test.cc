@@ -149,13 +149,15 @@ TEST(PreemptLedgerTest, CorruptOrTruncatedStateIsRejected) {
 
 TEST(VictimOrderTest, Table) {
   // Each row must be preempted before the next one.
-  // {tier, preemptions in the window, run minutes}
+  // {victim class (P3 1, P2 2, guaranteed 3), preemptions in the window,
+  //  run minutes}
+  const TierTable t = TierTable::defaults();
+  const uint8_t p3 = t.tier(TierId::kP3).victim_class, p2 = t.tier(TierId::kP2).victim_class,
+                p1 = t.tier(TierId::kP1).victim_class;
   const VictimFacts order[] = {
-      {TierId::kP3, 0, 0},        {TierId::kP3, 0, 10},      {TierId::kP3, 0, 60 * 24 * 30},
-      {TierId::kP3, 1, 0},        {TierId::kP3, 2, 1},       {TierId::kP3, 255, 0},
-      {TierId::kP3, 1000, 60 * 24 * 365 * 10},
-      {TierId::kP2, 0, 0},        {TierId::kP2, 0, 2},       {TierId::kP2, 1, 0},
-      {TierId::kP2, 2, 120},      {TierId::kP1, 0, 0},
+      {p3, 0, 0},   {p3, 0, 10}, {p3, 0, 60 * 24 * 30}, {p3, 1, 0},   {p3, 2, 1},
+      {p3, 255, 0}, {p3, 1000, 60 * 24 * 365 * 10},     {p2, 0, 0},   {p2, 0, 2},
+      {p2, 1, 0},   {p2, 2, 120}, {p1, 0, 0},
   };
   for (size_t i = 0; i + 1 < std::size(order); ++i)
     EXPECT_LT(victim_rank(order[i]), victim_rank(order[i + 1])) << "row " << i;
@@ -186,7 +188,7 @@ TEST(VictimOrderTest, RunMinutesCountOnTheClocksMinuteMarks) {
 TEST(VictimOrderTest, OrderOfRunningJobsNeverChanges) {
   const time_t starts[] = {kT0, kT0 + 1, kT0 + 30, kT0 + 59, kT0 + 60, kT0 + 61, kT0 + 3599};
   auto rank_at = [](time_t started, time_t now) {
-    return victim_rank({TierId::kP3, 0, run_minutes(started, now)});
+    return victim_rank({1, 0, run_minutes(started, now)});
   };
   for (time_t a : starts)
     for (time_t b : starts) {
@@ -238,7 +240,7 @@ TEST(PreemptionNoteTest, SaysWhoWhenGraceAndWhatToDo) {
             "planc: preempted at 2027-01-15T08:00:00Z by job 99 (P2 p2-spot); no grace (P3); "
             "cancelled (job not requeueable); preemption 1 of at most 3 per 24 h. To avoid "
             "preemption retry in a guaranteed tier: --qos=p1-guaranteed");
-  EXPECT_EQ(guaranteed_alternative(TierId::kP2), TierId::kP0);
+  EXPECT_EQ(TierTable::defaults().tier(TierId::kP2).alternative, TierId::kP0);
 }
 
 // The note says what actually happened, once the preemption is over.

@@ -81,13 +81,46 @@ TEST(StarvationTest, MarkedJobs) {
   };
   const Case cases[] = {
       {"still waiting in P2", {1, TierId::kP2, kNow - 4000, up}, MarkAction::kKeep},
-      {"requeued after the attempt", {1, TierId::kP2, up + 300, up}, MarkAction::kBackToP3},
+      {"requeued after the attempt", {1, TierId::kP2, up + 300, up}, MarkAction::kBack},
       {"submitted the same second as the upgrade", {1, TierId::kP2, up, up}, MarkAction::kKeep},
       {"moved to P3 by someone", {1, TierId::kP3, kNow - 4000, up}, MarkAction::kDropMark},
       {"moved to P1 by an operator", {1, TierId::kP1, kNow - 4000, up}, MarkAction::kDropMark},
+      // A planc.conf where P2 starves into P1: the mark says so.
+      {"P2 to P1, requeued", {1, TierId::kP1, up + 300, up, TierId::kP2, TierId::kP1},
+       MarkAction::kBack},
+      {"P2 to P1, in P2 again", {1, TierId::kP2, up + 300, up, TierId::kP2, TierId::kP1},
+       MarkAction::kDropMark},
       {"unreadable mark time", {1, TierId::kP2, kNow, 0}, MarkAction::kKeep},
   };
   for (const Case& k : cases) EXPECT_EQ(decide_marked(k.job), k.action) << k.what;
+}
+
+// Which tier starves into which, and after how long, is planc.conf's.
+TEST(StarvationTest, TierRulesFromPlancConf) {
+  auto job = [](TierId t, time_t waited) {
+    return PendingJob{7, t, PendingReason::kResources, kNow - waited};
+  };
+  struct Case {
+    const char* text;
+    PendingJob job;
+    bool starving;
+  };
+  const Case cases[] = {
+      {"", job(TierId::kP3, 1801), true},
+      {"", job(TierId::kP2, 99999), false},  // P2 starves into nothing by default
+      {"Tier=P3 StarveInto=none", job(TierId::kP3, 99999), false},
+      {"Tier=P3 StarveAfter=10min", job(TierId::kP3, 601), true},
+      {"Tier=P3 StarveAfter=10min", job(TierId::kP3, 600), false},
+      {"Tier=P2 StarveInto=P1 StarveAfter=1h", job(TierId::kP2, 3601), true},
+  };
+  for (const Case& c : cases) {
+    PlancConfig k = conf(c.text);
+    EXPECT_EQ(is_starving(k, c.job, kNow), c.starving) << c.text;
+  }
+  auto ups = select_upgrades(conf("Tier=P2 StarveInto=P1"), {job(TierId::kP2, 1801)}, kNow);
+  ASSERT_EQ(ups.size(), 1u);
+  EXPECT_EQ(ups[0].from, TierId::kP2);
+  EXPECT_EQ(ups[0].to, TierId::kP1);
 }
 
 }  // namespace
