@@ -44,6 +44,12 @@ class PreemptLedger {
   // When the oldest counted preemption leaves the window (0: not capped).
   time_t capped_until(uint32_t job_id, time_t now) const;
   void forget(uint32_t job_id) { history_.erase(job_id); }
+  // A reloaded planc.conf's PreemptMaxCount and PreemptWindow: they apply
+  // at once to the history kept.
+  void set_limits(uint32_t max_count, uint32_t window_seconds) {
+    max_count_ = max_count;
+    window_ = window_seconds;
+  }
   // Takes back the preemption of `job_id` counted at `when` (one called
   // off before its grace ended); false when there was none.
   bool unrecord(uint32_t job_id, time_t when);

@@ -98,6 +98,11 @@ class PreemptionTracker {
   const PreemptLedger& ledger() const { return ledger_; }
   bool capped(uint32_t job_id, time_t now) const { return ledger_.capped(job_id, now); }
 
+  // PreemptMaxCount and PreemptWindow of a reloaded planc.conf.
+  void set_limits(uint32_t max_count, uint32_t window_seconds) {
+    ledger_.set_limits(max_count, window_seconds);
+  }
+
   // --- events from Slurm's callbacks ---
 
   // A preemption starts at e.when (seconds) / now_ms.  Counts it and returns

@@ -7,23 +7,59 @@
 //
 // slurmctld calls job_submit/job_modify with its config, job, node and
 // partition read locks held and serialises them (job_submit.c's context
-// lock); the config is an immutable snapshot loaded by init().
+// lock); each call takes the configuration in force, an immutable
+// snapshot.  Slurm 22.05 does not reload job_submit plugins on `scontrol
+// reconfigure`, so a small thread of the plugin's own watches planc.conf
+// and swaps in a new snapshot when it changes (plugins/config_watch.h).
 #include "plugins/slurm_compat.h"
 
+#include <condition_variable>
 #include <exception>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "common/spot_cap.h"
 #include "common/submit_policy.h"
 #include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
+#include "plugins/worker_thread.h"
 
 PLANC_EXPORT const char plugin_name[] = "Plan C tiers at submit time";
 PLANC_EXPORT const char plugin_type[] = "job_submit/planc";
 PLANC_EXPORT const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
 namespace {
-std::shared_ptr<const planc::PlancConfig> g_config;
+std::mutex g_mu;
+std::shared_ptr<const planc::PlancConfig> g_config;  // GUARDED_BY(g_mu)
+std::condition_variable g_cv;
+bool g_stop = false;              // GUARDED_BY(g_mu)
+std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
+
+std::shared_ptr<const planc::PlancConfig> config() {
+  std::lock_guard<std::mutex> l(g_mu);
+  return g_config;
+}
+
+void note_cap_routing(const planc::PlancConfig& cfg) {
+  if (cfg.guaranteed_partition.empty())
+    info("%s: GuaranteedPartition is not set: P0/P1 jobs are not routed and the %u%% "
+         "guaranteed GPU cap is NOT enforced",
+         plugin_type, cfg.guaranteed_cap_percent);
+}
+
+void watch_config(planc::ConfigWatch watch) {
+  std::unique_lock<std::mutex> l(g_mu);
+  while (!g_stop) {
+    g_cv.wait_for(l, planc::kConfigCheckInterval, [] { return g_stop; });
+    if (g_stop) break;
+    l.unlock();
+    auto cfg = planc::slurm::reload_plugin_config(plugin_type, &watch);
+    if (cfg) note_cap_routing(*cfg);
+    l.lock();
+    if (cfg) g_config = std::move(cfg);
+  }
+}
 
 // slurmctld/planc's spot-use query (plugins/planc_shared.h).  It loads after
 // this plugin, so it is looked up on first need, again at most every 10 s
@@ -78,12 +114,16 @@ int internal_error(const char* where, const char* what, char** err_msg) {
 
 PLANC_EXPORT int init(void) {
   try {
-    g_config = planc::slurm::load_plugin_config(plugin_type);
-    if (!g_config) return SLURM_ERROR;
-    if (g_config->guaranteed_partition.empty())
-      info("%s: GuaranteedPartition is not set: P0/P1 jobs are not routed and the %u%% "
-           "guaranteed GPU cap is NOT enforced",
-           plugin_type, g_config->guaranteed_cap_percent);
+    auto cfg = planc::slurm::load_plugin_config(plugin_type);
+    if (!cfg) return SLURM_ERROR;
+    note_cap_routing(*cfg);
+    {
+      std::lock_guard<std::mutex> l(g_mu);
+      g_config = cfg;
+      g_stop = false;
+    }
+    g_worker = planc::start_worker("planc_submit", watch_config,
+                                   planc::ConfigWatch(planc::slurm::planc_conf_file(), cfg));
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
     error("%s: init failed: %s", plugin_type, e.what());
@@ -92,6 +132,8 @@ PLANC_EXPORT int init(void) {
 }
 
 PLANC_EXPORT int fini(void) {
+  planc::stop_worker(g_mu, g_stop, g_cv, g_worker);
+  std::lock_guard<std::mutex> l(g_mu);
   g_config.reset();
   return SLURM_SUCCESS;
 }
@@ -99,7 +141,8 @@ PLANC_EXPORT int fini(void) {
 PLANC_EXPORT int job_submit(job_desc_msg_t* job_desc, uint32_t submit_uid, char** err_msg) {
   (void)submit_uid;  // the job's owner (job_desc->user_id) decides entitlement
   try {
-    const planc::PlancConfig& cfg = *g_config;
+    const auto snapshot = config();
+    const planc::PlancConfig& cfg = *snapshot;
     planc::SubmitRequest req = planc::slurm::submit_request(cfg, job_desc);
     planc::SubmitDecision d = planc::decide_submit(cfg, req);
     check_spot_cap(cfg, req, &d);
@@ -122,7 +165,8 @@ PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr,
   char** err_msg = nullptr;
 #endif
   try {
-    const planc::PlancConfig& cfg = *g_config;
+    const auto snapshot = config();
+    const planc::PlancConfig& cfg = *snapshot;
     planc::SubmitRequest req = planc::slurm::modify_request(cfg, job_desc, job_ptr, submit_uid);
     planc::SubmitDecision d = planc::decide_modify(cfg, req);
     if (!req.privileged && !req.requested_qos.empty()) check_spot_cap(cfg, req, &d);

@@ -62,7 +62,20 @@ constexpr const char* kSpoolDir = "planc_jobcomp";
 constexpr size_t kBatch = 5000;  // bills per transaction
 
 bool g_in_ctld = false;
-std::shared_ptr<const planc::PlancConfig> g_config;  // null: planc.conf failed
+// The prices bills are made with: only the worker reads it, and swaps in a
+// reloaded planc.conf.  null: planc.conf failed (segments wait in the
+// spool until a valid file is in place).
+std::shared_ptr<const planc::PlancConfig> g_config;
+// Each planc.conf loaded since slurmctld started, from when it was in
+// force (worker only): a run is priced with the prices in force when it
+// ended, also when its bill is stored later (PostgreSQL was down).
+std::vector<std::pair<time_t, std::shared_ptr<const planc::PlancConfig>>> g_configs;
+
+const planc::PlancConfig& config_at(int64_t end_time) {
+  for (auto it = g_configs.rbegin(); it != g_configs.rend(); ++it)
+    if (it->first <= end_time) return *it->second;
+  return *g_configs.front().second;  // ended before slurmctld started
+}
 std::string g_dir;
 
 // The append side.  log_record holds g_spool_mu only around one write(2).
@@ -88,6 +101,8 @@ std::mutex g_mu;
 std::condition_variable g_cv;
 std::string g_conninfo;          // GUARDED_BY(g_mu)
 bool g_stop = false;             // GUARDED_BY(g_mu)
+// `scontrol reconfigure` calls set_location(): look at planc.conf at once.
+bool g_reconfigured = false;     // GUARDED_BY(g_mu)
 std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
 // Appends one record; on failure cuts the file back to where it was, so a
@@ -189,8 +204,7 @@ std::string user_name(uint32_t uid) {
 
 // Reads one closed spool file.  A line that fails its checksum is logged
 // and skipped (planc-bill reconcile finds such segments in slurmdbd).
-std::vector<Bill> read_spool(uint64_t seq, const planc::PlancConfig& cfg,
-                             std::vector<std::string>* lines) {
+std::vector<Bill> read_spool(uint64_t seq, std::vector<std::string>* lines) {
   std::vector<Bill> bills;
   std::ifstream in(spool_path(seq), std::ios::binary);
   // A file that cannot be read stays for the next try; never delete it.
@@ -209,7 +223,7 @@ std::vector<Bill> read_spool(uint64_t seq, const planc::PlancConfig& cfg,
     Segment s = std::move(r).value();
     if (s.user.empty()) s.user = user_name(s.uid);
     planc::make_text_valid_utf8(&s);
-    bills.push_back(planc::price_segment(cfg, s));
+    bills.push_back(planc::price_segment(config_at(s.end_time), s));
     lines->push_back(line);
   }
   if (in.bad()) throw std::runtime_error("cannot read " + spool_path(seq) + ": " + std::strerror(errno));
@@ -245,9 +259,9 @@ size_t store_one_by_one(planc::BillStore& store, uint64_t seq, const std::vector
 
 // Writes one spool file's bills and removes the file; throws when
 // PostgreSQL fails (the file stays for the next try).
-void store_spool(planc::BillStore& store, uint64_t seq, const planc::PlancConfig& cfg) {
+void store_spool(planc::BillStore& store, uint64_t seq) {
   std::vector<std::string> lines;
-  std::vector<Bill> bills = read_spool(seq, cfg, &lines);
+  std::vector<Bill> bills = read_spool(seq, &lines);
   size_t fresh = 0;
   for (size_t i = 0; i < bills.size(); i += kBatch) {
     size_t end = std::min(bills.size(), i + kBatch);
@@ -277,7 +291,7 @@ bool stopping() {
   return g_stop;
 }
 
-void worker(std::vector<uint64_t> pending) {
+void worker(std::vector<uint64_t> pending, planc::ConfigWatch watch) {
   std::unique_ptr<planc::BillStore> store;
   std::string store_conninfo;
   int backoff = 0;  // seconds; grows while PostgreSQL is unreachable
@@ -285,15 +299,23 @@ void worker(std::vector<uint64_t> pending) {
   bool config_logged = false;
   std::unique_lock<std::mutex> l(g_mu);
   while (!g_stop) {
-    g_cv.wait_for(l, std::chrono::seconds(backoff ? backoff : 1), [] { return g_stop; });
+    g_cv.wait_for(l, std::chrono::seconds(backoff ? backoff : 1),
+                  [] { return g_stop || g_reconfigured; });
     if (g_stop) break;
     std::string conninfo = g_conninfo;
+    bool force = g_reconfigured;
+    g_reconfigured = false;
     l.unlock();
+    // A run that ends from now on is priced with the new file.
+    if (auto cfg = planc::slurm::reload_plugin_config(plugin_type, &watch, force)) {
+      g_config = cfg;
+      g_configs.emplace_back(time(nullptr), cfg);
+    }
     if (uint64_t seq = rotate()) pending.push_back(seq);
     if (!g_config) {
       if (!config_logged)
-        error("%s: planc.conf did not load; segments are kept in %s and billed after a "
-              "restart with a valid planc.conf",
+        error("%s: planc.conf did not load; segments are kept in %s and billed once a valid "
+              "planc.conf is in place",
               plugin_type, g_dir.c_str());
       config_logged = true;
     } else if (!pending.empty()) {
@@ -303,7 +325,7 @@ void worker(std::vector<uint64_t> pending) {
       }
       try {
         while (!pending.empty() && !stopping()) {
-          store_spool(*store, pending.front(), *g_config);
+          store_spool(*store, pending.front());
           pending.erase(pending.begin());
         }
         if (backoff) info("%s: PostgreSQL reachable again; spool drained", plugin_type);
@@ -365,6 +387,8 @@ PLANC_EXPORT int init(void) {
     if (!g_in_ctld) return SLURM_SUCCESS;  // sacct -c: only get_jobs is used
     // A bad planc.conf must not lose bills: keep spooling, bill later.
     g_config = planc::slurm::load_plugin_config(plugin_type);
+    g_configs.clear();
+    if (g_config) g_configs.emplace_back(0, g_config);
     g_dir = std::string(slurm_conf.state_save_location ? slurm_conf.state_save_location : ".") +
             "/" + kSpoolDir;
     if (mkdir(g_dir.c_str(), 0700) != 0 && errno != EEXIST) {
@@ -384,7 +408,8 @@ PLANC_EXPORT int init(void) {
       info("%s: %zu spool file(s) from before the restart will be (re)stored", plugin_type,
            pending.size());
     g_stop = false;
-    g_worker = planc::start_worker("planc_jobcomp", worker, std::move(pending));
+    g_worker = planc::start_worker("planc_jobcomp", worker, std::move(pending),
+                                   planc::ConfigWatch(planc::slurm::planc_conf_file(), g_config));
     verbose("%s loaded, spool %s", plugin_type, g_dir.c_str());
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
@@ -408,12 +433,18 @@ PLANC_EXPORT int fini(void) {
     error("%s: fini: %s", plugin_type, e.what());
   }
   g_config.reset();
+  g_configs.clear();
   return SLURM_SUCCESS;
 }
 
+// Called at start and on every `scontrol reconfigure`.
 PLANC_EXPORT int jobcomp_p_set_location(char* location) {
-  std::lock_guard<std::mutex> l(g_mu);
-  g_conninfo = location ? location : "";
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    g_conninfo = location ? location : "";
+    g_reconfigured = true;
+  }
+  g_cv.notify_one();
   return SLURM_SUCCESS;
 }
 

@@ -22,6 +22,7 @@
 // Slurm or any I/O.
 #include "plugins/slurm_compat.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -31,10 +32,12 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "common/preempt_policy.h"
 #include "common/preemption_tracker.h"
 #include "common/state_file.h"
+#include "plugins/config_watch.h"
 #include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
 #include "plugins/worker_thread.h"
@@ -66,18 +69,32 @@ planc::TimeMs now_ms() {
       .count();
 }
 
+// One planc.conf as the hot paths read it.  Immutable.
+struct Policy {
+  explicit Policy(std::shared_ptr<const planc::PlancConfig> c)
+      : config(std::move(c)), tiers(config->tiers) {}
+  const std::shared_ptr<const planc::PlancConfig> config;
+  const planc::QosTierCache tiers;  // over config->tiers
+};
+
 // Everything the plugin holds.  Made by init() and deleted by fini() after
 // the worker has stopped; never destroyed at exit, since slurmctld may exit
 // without calling fini() (22.05 does for preempt plugins) while the worker
 // still runs.
 struct Plugin {
-  explicit Plugin(std::shared_ptr<const planc::PlancConfig> c, std::string path,
-                  PreemptionTracker t)
-      : config(std::move(c)), tiers(config->tiers), state_path(std::move(path)),
-        tracker(std::move(t)) {}
+  Plugin(std::shared_ptr<const planc::PlancConfig> c, std::string path, PreemptionTracker t)
+      : watch(planc::slurm::planc_conf_file(), c), state_path(std::move(path)),
+        tracker(std::move(t)) {
+    policies.push_back(std::make_unique<Policy>(std::move(c)));
+    policy.store(policies.back().get());
+  }
 
-  const std::shared_ptr<const planc::PlancConfig> config;
-  const planc::QosTierCache tiers;  // over config->tiers
+  // The policy in force, read without a lock by Slurm's callbacks; a
+  // reload (the worker) stores a new one.  Replaced policies are kept until
+  // fini(): a callback may still be reading one, and reloads are rare.
+  std::atomic<const Policy*> policy{nullptr};
+  std::vector<std::unique_ptr<Policy>> policies;  // worker only (and fini)
+  planc::ConfigWatch watch;                        // worker only
   const std::string state_path;
 
   std::mutex mu;
@@ -142,6 +159,20 @@ slurmctld_lock_t update_locks() {
           .fed = READ_LOCK};
 }
 
+const Policy& policy(const Plugin& p) { return *p.policy.load(std::memory_order_acquire); }
+
+// A changed planc.conf: a new policy for what starts from now on; the
+// cap's limits apply at once to the counts kept; a grace in progress keeps
+// the grace it started with.
+void reload(Plugin& p) {
+  auto cfg = planc::slurm::reload_plugin_config(plugin_type, &p.watch);
+  if (!cfg) return;
+  p.policies.push_back(std::make_unique<Policy>(cfg));
+  p.policy.store(p.policies.back().get(), std::memory_order_release);
+  std::lock_guard<std::mutex> l(p.mu);
+  p.tracker.set_limits(cfg->preempt_max_count, cfg->preempt_window_seconds);
+}
+
 void send_kills(Plugin& p, const std::vector<TrackerAction>& kills) {
   std::vector<planc::slurm::JobSignal> orders;
   {
@@ -167,7 +198,7 @@ void send_kills(Plugin& p, const std::vector<TrackerAction>& kills) {
 // One hold of the update locks for everything else the tracker asked for.
 void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
   using K = TrackerAction::Kind;
-  const planc::PlancConfig& cfg = *p.config;
+  const planc::PlancConfig& cfg = *policy(p).config;
   std::vector<TrackerAction> kills;
   std::vector<std::pair<TrackerAction, bool>> results;
   bool reschedule = false;
@@ -265,6 +296,9 @@ void worker(Plugin* pp) {
     p.wake = false;
     p.worker_idle = false;
     if (p.stop) break;
+    l.unlock();
+    reload(p);
+    l.lock();
     // Nothing about jobs can be known before slurmctld has loaded them
     // (after a restart the tracker may already hold graces).
     if (!planc::slurm::jobs_loaded()) continue;
@@ -302,8 +336,9 @@ void worker(Plugin* pp) {
 // --- Slurm's questions -------------------------------------------------------------
 
 uint32_t grace_and_count(Plugin& p, job_record_t* job) {
-  const planc::PlancConfig& cfg = *p.config;
-  const Tier* victim = planc::slurm::job_tier(p.tiers, job);
+  const Policy& pol = policy(p);
+  const planc::PlancConfig& cfg = *pol.config;
+  const Tier* victim = planc::slurm::job_tier(pol.tiers, job);
   if (!victim) return 0;
   planc::PreemptionEvent e;
   e.victim_job = job->job_id;
@@ -384,9 +419,10 @@ PLANC_EXPORT void fini(void) {
 
 PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* preemptor) {
   try {
-    const Tier* ee = planc::slurm::job_tier(g->tiers, preemptee);
-    const Tier* er = planc::slurm::job_tier(g->tiers, preemptor);
-    if (!ee || !er || !g->config->tiers.can_preempt(er->id, ee->id)) return false;
+    const Policy& pol = policy(*g);
+    const Tier* ee = planc::slurm::job_tier(pol.tiers, preemptee);
+    const Tier* er = planc::slurm::job_tier(pol.tiers, preemptor);
+    if (!ee || !er || !pol.config->tiers.can_preempt(er->id, ee->id)) return false;
     g->last_preemptor = preemptor->job_id;
     g->last_preemptor_tier = er->id;
     if (!g->in_ledger.maybe_contains(preemptee->job_id)) return true;
@@ -410,7 +446,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         *static_cast<bool*>(data) = slurm_conf.preempt_mode != PREEMPT_MODE_OFF;
         return SLURM_SUCCESS;
       case PREEMPT_DATA_MODE: {
-        const Tier* t = planc::slurm::job_tier(g->tiers, job_ptr);
+        const Tier* t = planc::slurm::job_tier(policy(*g).tiers, job_ptr);
         uint16_t mode = PREEMPT_MODE_OFF;
         if (t && t->preemptible)
           mode = planc::slurm::requeues(job_ptr) ? PREEMPT_MODE_REQUEUE : PREEMPT_MODE_CANCEL;
@@ -424,7 +460,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
           *static_cast<uint32_t*>(data) = planc::kInGraceRank;
           return SLURM_SUCCESS;
         }
-        const Tier* t = planc::slurm::job_tier(g->tiers, job_ptr);
+        const Tier* t = planc::slurm::job_tier(policy(*g).tiers, job_ptr);
         time_t now = time(nullptr);
         planc::VictimFacts v{t ? t->victim_class : uint8_t{3}, 0, 0};
         v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
@@ -456,7 +492,7 @@ PLANC_EXPORT int planc_preempt_run_end_v1(void* record) {
   try {
     using RK = PreemptionTracker::RunEnd::Kind;
     Plugin& p = *g;
-    const planc::PlancConfig& cfg = *p.config;
+    const planc::PlancConfig& cfg = *policy(p).config;
     planc::RunEndFacts facts = planc::slurm::run_end_facts(job);
     planc::RunEndVerdict verdict = planc::judge_run_end(cfg, facts);
     const bool requeue = planc::slurm::requeues(job);

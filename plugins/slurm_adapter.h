@@ -14,6 +14,7 @@
 
 #include "common/billing.h"
 #include "common/config.h"
+#include "plugins/config_watch.h"
 #include "common/preempt_policy.h"
 #include "common/preemption_tracker.h"
 #include "common/spot_cap.h"
@@ -29,6 +30,17 @@ namespace planc::slurm {
 // one error line "<plugin_type>: <file>:<line>: key '<Key>': ..." and
 // returns nullptr; the caller fails init().
 std::shared_ptr<const PlancConfig> load_plugin_config(const char* plugin_type);
+
+// The planc.conf the plugins read (beside slurm.conf, or $PLANC_CONF).
+std::string planc_conf_file();
+
+// The new planc.conf when it changed and is valid (see
+// plugins/config_watch.h), logged as "<plugin_type>: reloaded <file>" with
+// its policy warnings; nullptr otherwise, a bad file logged once as
+// "<plugin_type>: <file>:<line>: key '<Key>': ...; the configuration loaded
+// before stays in force".  Call it from the plugin's own thread.
+std::shared_ptr<const PlancConfig> reload_plugin_config(const char* plugin_type,
+                                                        ConfigWatch* watch, bool force = false);
 
 // <StateSaveLocation>/<name>: where a plugin keeps its state file.
 std::string state_file_path(const char* name);

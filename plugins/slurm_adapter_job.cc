@@ -16,16 +16,38 @@ std::string str(const char* s) { return s ? std::string(s) : std::string(); }
 
 }  // namespace
 
+std::string planc_conf_file() { return planc_conf_path(str(slurm_conf.slurm_conf)); }
+
+namespace {
+
+void log_warnings(const char* plugin_type, const std::string& path, const PlancConfig& cfg) {
+  for (const std::string& w : policy_warnings(cfg))
+    info("%s: warning: %s: %s", plugin_type, path.c_str(), w.c_str());
+}
+
+}  // namespace
+
+std::shared_ptr<const PlancConfig> reload_plugin_config(const char* plugin_type,
+                                                        ConfigWatch* watch, bool force) {
+  std::string err;
+  auto cfg = watch->poll(force, &err);
+  if (!err.empty())
+    error("%s: %s; the configuration loaded before stays in force", plugin_type, err.c_str());
+  if (!cfg) return nullptr;
+  info("%s: reloaded %s", plugin_type, watch->path().c_str());
+  log_warnings(plugin_type, watch->path(), *cfg);
+  return cfg;
+}
+
 std::shared_ptr<const PlancConfig> load_plugin_config(const char* plugin_type) {
-  std::string path = planc_conf_path(str(slurm_conf.slurm_conf));
+  std::string path = planc_conf_file();
   Result<PlancConfig> r = load_config(path);
   if (!r.ok()) {
     error("%s: %s", plugin_type, r.error().c_str());
     return nullptr;
   }
   info("%s: loaded %s", plugin_type, path.c_str());
-  for (const std::string& w : policy_warnings(r.value()))
-    info("%s: warning: %s: %s", plugin_type, path.c_str(), w.c_str());
+  log_warnings(plugin_type, path, r.value());
   return std::make_shared<const PlancConfig>(std::move(r).value());
 }
 

@@ -52,8 +52,13 @@ constexpr const char* kStateFile = "planc_spot_state";
 // last sample when Slurm forgets its end time (requeue).
 constexpr int kSpotSampleSeconds = 5;
 
+// The configuration in force and the QoS lookup over its tiers.  Set by
+// init(); after that only the worker reads them, and replaces them when
+// planc.conf changes.  `scontrol show config` reads g_shown.
 std::shared_ptr<const planc::PlancConfig> g_config;
 std::unique_ptr<planc::QosTierCache> g_tiers;
+std::mutex g_shown_mu;
+std::shared_ptr<const planc::PlancConfig> g_shown;  // GUARDED_BY(g_shown_mu)
 std::string g_state_path;
 
 std::mutex g_mu;
@@ -228,10 +233,21 @@ std::string spot_sample(int* gpu_pos, const std::string& last_written) {
   return text == last_written ? std::string() : text;
 }
 
-void worker() {
+// A changed planc.conf applies from the next sample and scan on.  The spot
+// day (SpotCapResetTime, SpotCapTimeZone, SpotCapDayLength) is the one
+// the counters were started with until slurmctld restarts.
+void reload(planc::ConfigWatch* watch) {
+  auto cfg = planc::slurm::reload_plugin_config(plugin_type, watch);
+  if (!cfg) return;
+  g_tiers = std::make_unique<planc::QosTierCache>(cfg->tiers);
+  g_config = cfg;
+  std::lock_guard<std::mutex> l(g_shown_mu);
+  g_shown = cfg;
+}
+
+void worker(planc::ConfigWatch watch) {
   using Clock = std::chrono::steady_clock;
-  const planc::PlancConfig& cfg = *g_config;
-  auto next_scan = Clock::now() + std::chrono::seconds(cfg.starvation_interval_seconds);
+  auto next_scan = Clock::now() + std::chrono::seconds(g_config->starvation_interval_seconds);
   auto next_sample = Clock::now();
   int gpu_pos = -1;
   std::string written;
@@ -241,6 +257,8 @@ void worker() {
     if (g_stop) break;
     l.unlock();
     try {
+      reload(&watch);
+      const planc::PlancConfig& cfg = *g_config;
       auto now = Clock::now();
       if (now >= next_sample) {
         next_sample = now + std::chrono::seconds(kSpotSampleSeconds);
@@ -294,10 +312,15 @@ PLANC_EXPORT int init(void) {
     if (!g_config) return SLURM_ERROR;
     g_state_path = planc::slurm::state_file_path(kStateFile);
     g_tiers = std::make_unique<planc::QosTierCache>(g_config->tiers);
+    {
+      std::lock_guard<std::mutex> l(g_shown_mu);
+      g_shown = g_config;
+    }
     g_ledger = load_spot_state(*g_config);
     publish_usage();
     g_stop = false;
-    g_worker = planc::start_worker("planc_ctld", worker);
+    g_worker = planc::start_worker("planc_ctld", worker,
+                                   planc::ConfigWatch(planc::slurm::planc_conf_file(), g_config));
     g_running = true;
     verbose("%s loaded: starvation threshold %u s, checked every %u s, at most %u a time; "
             "spot caps P2 %s, P3 %s, day starts %s",
@@ -331,12 +354,22 @@ PLANC_EXPORT int fini(void) {
   g_ledger.reset();
   g_tiers.reset();
   g_config.reset();
+  {
+    std::lock_guard<std::mutex> l(g_shown_mu);
+    g_shown.reset();
+  }
   return SLURM_SUCCESS;
 }
 
 PLANC_EXPORT void slurmctld_plugstack_p_get_config(config_plugin_params_t* p) {
   try {
-    const planc::PlancConfig& cfg = *g_config;
+    std::shared_ptr<const planc::PlancConfig> shown;
+    {
+      std::lock_guard<std::mutex> l(g_shown_mu);
+      shown = g_shown;
+    }
+    if (!shown) return;
+    const planc::PlancConfig& cfg = *shown;
     xstrcat(p->name, plugin_type);
     auto secs = [](uint64_t s) { return std::to_string(s) + " s"; };
     add_pair(p->key_pairs, "StarvationThreshold", secs(cfg.starvation_threshold_seconds));

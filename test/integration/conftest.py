@@ -41,6 +41,18 @@ class Cluster:
     def set_planc_conf(self, extra_lines):
         """Rewrites planc.conf as the example plus `extra_lines` (replacing
         keys they set) and restarts slurmctld so the plugins read it."""
+        self.write_planc_conf(extra_lines)
+        self.ctl("restart-ctld")
+
+    def write_planc_conf(self, extra_lines, raw=None):
+        """Writes planc.conf as the example plus `extra_lines` (replacing
+        keys they set), or `raw` text as it is; no restart."""
+        path = os.path.join(self.dir, "etc", "planc.conf")
+        if raw is not None:
+            with open(path + ".new", "w") as f:
+                f.write(raw)
+            os.replace(path + ".new", path)
+            return path
         src = os.path.join(ROOT, "etc", "planc.conf.example")
         extra = [l for l in extra_lines if l.strip()]
         keys = {l.split("=", 1)[0].strip().lower() for l in extra if not l.startswith("Tier=")}
@@ -51,9 +63,7 @@ class Cluster:
             if k in keys or (line.startswith("Tier=") and line.split()[0].lower() in tiers):
                 continue
             out.append(line)
-        with open(os.path.join(self.dir, "etc", "planc.conf"), "w") as f:
-            f.write("\n".join(out + extra) + "\n")
-        self.ctl("restart-ctld")
+        return self.write_planc_conf(None, raw="\n".join(out + extra) + "\n")
 
     def write_script(self, name, body):
         path = os.path.join(self.work, name)
