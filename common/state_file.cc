@@ -126,4 +126,34 @@ std::optional<std::string> write_file_atomically(const std::string& path, std::s
   return std::nullopt;
 }
 
+Result<std::string> read_state_file(const std::string& path) {
+  using R = Result<std::string>;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return R::failure(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kUnreadable,
+                      sys_error("cannot open", path));
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      R r = R::failure(ErrorCode::kUnreadable, sys_error("cannot read", path));
+      close(fd);
+      return r;
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return text;
+}
+
+Result<std::string> move_aside(const std::string& path, time_t now) {
+  std::string to = path + ".bad-" + std::to_string(static_cast<long long>(now));
+  if (rename(path.c_str(), to.c_str()) != 0)
+    return Result<std::string>::failure(ErrorCode::kUnreadable, sys_error("cannot rename", path));
+  return to;
+}
+
 }  // namespace planc

@@ -11,6 +11,7 @@
 #define PLANC_COMMON_STATE_FILE_H_
 
 #include <cstdint>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,6 +36,49 @@ std::optional<std::vector<std::string_view>> split_lines(std::string_view body);
 std::vector<std::string_view> split_words(std::string_view line);
 // A decimal number without sign; false on anything else or overflow.
 bool parse_u64(std::string_view s, uint64_t* out);
+
+// The whole file.  ErrorCode::kNotFound when it does not exist (a first
+// start); kUnreadable when it exists but cannot be read (permissions, an
+// I/O error, a directory in its place): never to be taken for a first
+// start.  The message names the path and the system's error.
+Result<std::string> read_state_file(const std::string& path);
+
+// A state file that could not be used (unreadable or corrupt) is renamed
+// to <path>.bad-<unix time> so the next save does not overwrite what an
+// admin may want to look at.  Returns the new name, or the error.
+Result<std::string> move_aside(const std::string& path, time_t now);
+
+// A plugin's state at start, from its state file:
+//   - no file: `fresh()`, a first start (problem empty);
+//   - a file that cannot be read, or that `parse` rejects: `fresh()`, the
+//     file moved aside (move_aside), and `problem` says so for the error
+//     log, ending with `consequence` ("the per-job cap restarts from
+//     zero");
+//   - else what `parse` made of it.
+template <class T>
+struct LoadedState {
+  T value;
+  std::string problem;  // empty: nothing to report
+};
+template <class T, class Parse, class Fresh>
+LoadedState<T> load_state_file(const std::string& path, time_t now, Parse parse, Fresh fresh,
+                               std::string_view consequence) {
+  Result<std::string> text = read_state_file(path);
+  if (!text.ok() && text.code() == ErrorCode::kNotFound) return {fresh(), ""};
+  std::string problem;
+  if (!text.ok()) {
+    problem = path + " is unreadable (" + text.error() + ")";
+  } else {
+    Result<T> r = parse(text.value());
+    if (r.ok()) return {std::move(r).value(), ""};
+    problem = path + " is corrupt (" + r.error() + ")";
+  }
+  Result<std::string> aside = move_aside(path, now);
+  problem += aside.ok() ? "; moved aside to " + aside.value()
+                        : "; could not move it aside (" + aside.error() + ")";
+  problem += "; " + std::string(consequence);
+  return {fresh(), problem};
+}
 
 // Empty on success, else the error ("rename /x/y.new: No space left ...").
 std::optional<std::string> write_file_atomically(const std::string& path, std::string_view text);

@@ -26,11 +26,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -135,21 +133,20 @@ bool write_state(const Plugin& p, const std::string& text) {
 }
 
 PreemptionTracker load_state(const planc::PlancConfig& cfg, const std::string& path) {
-  PreemptionTracker fresh(cfg.preempt_max_count, cfg.preempt_window_seconds);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return fresh;  // first start: nothing counted yet
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  auto r = PreemptionTracker::parse(ss.str(), cfg.preempt_max_count, cfg.preempt_window_seconds);
-  if (!r.ok()) {
-    error("%s: ignoring %s: %s; starting with no preemptions counted (the per-job cap "
-          "restarts from zero) and no grace in progress",
-          plugin_type, path.c_str(), r.error().c_str());
-    return fresh;
-  }
-  info("%s: %zu job(s) with preemptions counted, %zu in their grace, from %s", plugin_type,
-       r.value().ledger().size(), r.value().in_grace(), path.c_str());
-  return std::move(r).value();
+  auto loaded = planc::load_state_file<PreemptionTracker>(
+      path, time(nullptr),
+      [&](const std::string& text) {
+        return PreemptionTracker::parse(text, cfg.preempt_max_count, cfg.preempt_window_seconds);
+      },
+      [&] { return PreemptionTracker(cfg.preempt_max_count, cfg.preempt_window_seconds); },
+      "starting with no preemptions counted (the per-job cap restarts from zero) and no grace "
+      "in progress");
+  if (!loaded.problem.empty())
+    error("%s: %s", plugin_type, loaded.problem.c_str());
+  else
+    info("%s: %zu job(s) with preemptions counted, %zu in their grace, from %s", plugin_type,
+         loaded.value.ledger().size(), loaded.value.in_grace(), path.c_str());
+  return std::move(loaded.value);
 }
 
 // --- the worker ------------------------------------------------------------------

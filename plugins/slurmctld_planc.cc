@@ -23,10 +23,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include "common/job_marks.h"
@@ -195,20 +193,16 @@ void starvation_scan() {
 
 std::unique_ptr<planc::SpotLedger> load_spot_state(const planc::PlancConfig& cfg) {
   auto rule = planc::SpotDayRule::of(cfg);
-  auto fresh = std::make_unique<planc::SpotLedger>(rule);
-  std::ifstream in(g_state_path, std::ios::binary);
-  if (!in) return fresh;  // first start
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  auto r = planc::SpotLedger::parse(ss.str(), rule);
-  if (!r.ok()) {
-    error("%s: ignoring %s: %s; today's spot use restarts from zero", plugin_type,
-          g_state_path.c_str(), r.error().c_str());
-    return fresh;
-  }
-  info("%s: spot use restored from %s (as of %s)", plugin_type, g_state_path.c_str(),
-       planc::format_utc(r.value().as_of()).c_str());
-  return std::make_unique<planc::SpotLedger>(std::move(r).value());
+  auto loaded = planc::load_state_file<planc::SpotLedger>(
+      g_state_path, time(nullptr),
+      [&](const std::string& text) { return planc::SpotLedger::parse(text, rule); },
+      [&] { return planc::SpotLedger(rule); }, "today's spot use restarts from zero");
+  if (!loaded.problem.empty())
+    error("%s: %s", plugin_type, loaded.problem.c_str());
+  else if (loaded.value.as_of())
+    info("%s: spot use restored from %s (as of %s)", plugin_type, g_state_path.c_str(),
+         planc::format_utc(loaded.value.as_of()).c_str());
+  return std::make_unique<planc::SpotLedger>(std::move(loaded.value));
 }
 
 void publish_usage() {

@@ -67,3 +67,52 @@ def test_departure_from_the_policy_is_accepted_with_a_warning(cluster):
                     f"(Preemptible=yes): {never}") in new_log, plugin
     finally:
         cluster.set_planc_conf([])
+
+
+def test_unreadable_state_files_are_reported_not_taken_for_a_first_start(cluster):
+    """A state file that exists but cannot be read (here a directory in its
+    place: root reads a mode 000 file) is named in an error line with what
+    the plugin does, and moved aside rather than overwritten."""
+    import glob
+    import signal
+    import time
+    cluster.cancel_all()
+    state = os.path.join(cluster.dir, "state", "ctld")
+    log = os.path.join(cluster.dir, "log", "slurmctld.log")
+    pid = int(open(os.path.join(cluster.dir, "run", "slurmctld.pid")).read())
+    os.kill(pid, signal.SIGKILL)  # no fini(): nothing rewrites the files
+    cluster.wait_for("slurmctld to be gone", lambda: not os.path.exists(f"/proc/{pid}"),
+                     timeout=30)
+    paths = {p: os.path.join(state, f) for p, f in (("preempt/planc", "planc_preempt_state"),
+                                                     ("slurmctld/planc", "planc_spot_state"))}
+    for path in paths.values():
+        if os.path.exists(path):
+            os.remove(path)
+        os.mkdir(path, 0)
+    log_size = os.path.getsize(log)
+    try:
+        up = cluster.ctl("up", check=False, timeout=300)
+        assert up.returncode == 0, up.stdout + up.stderr
+        with open(log, errors="replace") as f:
+            f.seek(log_size)
+            new_log = f.read()
+        consequence = {
+            "preempt/planc": "starting with no preemptions counted (the per-job cap restarts "
+                             "from zero) and no grace in progress",
+            "slurmctld/planc": "today's spot use restarts from zero"}
+        for plugin, path in paths.items():
+            line = next((l for l in new_log.splitlines()
+                         if f"error: {plugin}: {path} is unreadable" in l), None)
+            assert line, new_log[-3000:]
+            assert (f"(cannot read {path}: Is a directory); moved aside to {path}.bad-") in line
+            assert line.endswith(consequence[plugin]), line
+            assert os.path.isdir(glob.glob(path + ".bad-*")[0])
+        # The cluster works on.
+        jobid, p = cluster.sbatch("-A", "acct-spot", "--qos=p3", "--hold", "--wrap", "true",
+                                  user="pcbob")
+        assert jobid, p.stderr
+        cluster.run("scancel", jobid, check=True)
+    finally:
+        for path in paths.values():
+            for bad in glob.glob(path + ".bad-*"):
+                os.rmdir(bad)
