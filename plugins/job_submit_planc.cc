@@ -22,6 +22,7 @@
 #include "common/spot_cap.h"
 #include "common/submit_policy.h"
 #include "plugins/planc_shared.h"
+#include "plugins/mutex.h"
 #include "plugins/slurm_adapter.h"
 #include "plugins/worker_thread.h"
 
@@ -30,14 +31,14 @@ PLANC_EXPORT const char plugin_type[] = "job_submit/planc";
 PLANC_EXPORT const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
 namespace {
-std::mutex g_mu;
-std::shared_ptr<const planc::PlancConfig> g_config;  // GUARDED_BY(g_mu)
-std::condition_variable g_cv;
-bool g_stop = false;              // GUARDED_BY(g_mu)
+planc::Mutex g_mu;
+std::shared_ptr<const planc::PlancConfig> g_config GUARDED_BY(g_mu);
+std::condition_variable_any g_cv;
+bool g_stop GUARDED_BY(g_mu) = false;
 std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
 std::shared_ptr<const planc::PlancConfig> config() {
-  std::lock_guard<std::mutex> l(g_mu);
+  planc::MutexLock l(g_mu);
   return g_config;
 }
 
@@ -49,9 +50,11 @@ void note_cap_routing(const planc::PlancConfig& cfg) {
 }
 
 void watch_config(planc::ConfigWatch watch) {
-  std::unique_lock<std::mutex> l(g_mu);
+  planc::MutexLock l(g_mu);
   while (!g_stop) {
-    g_cv.wait_for(l, planc::kConfigCheckInterval, [] { return g_stop; });
+    auto until = std::chrono::steady_clock::now() + planc::kConfigCheckInterval;
+    while (!g_stop && g_cv.wait_until(l, until) == std::cv_status::no_timeout) {
+    }
     if (g_stop) break;
     l.unlock();
     auto cfg = planc::slurm::reload_plugin_config(plugin_type, &watch);
@@ -118,7 +121,7 @@ PLANC_EXPORT int init(void) {
     if (!cfg) return SLURM_ERROR;
     note_cap_routing(*cfg);
     {
-      std::lock_guard<std::mutex> l(g_mu);
+      planc::MutexLock l(g_mu);
       g_config = cfg;
       g_stop = false;
     }
@@ -132,8 +135,13 @@ PLANC_EXPORT int init(void) {
 }
 
 PLANC_EXPORT int fini(void) {
-  planc::stop_worker(g_mu, g_stop, g_cv, g_worker);
-  std::lock_guard<std::mutex> l(g_mu);
+  {
+    planc::MutexLock l(g_mu);
+    g_stop = true;
+  }
+  g_cv.notify_all();
+  planc::join_worker(g_worker);
+  planc::MutexLock l(g_mu);
   g_config.reset();
   return SLURM_SUCCESS;
 }

@@ -45,6 +45,7 @@
 #include "common/bill_store.h"
 #include "common/billing.h"
 #include "common/file_util.h"
+#include "plugins/mutex.h"
 #include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
 #include "plugins/worker_thread.h"
@@ -79,11 +80,11 @@ const planc::PlancConfig& config_at(int64_t end_time) {
 std::string g_dir;
 
 // The append side.  log_record holds g_spool_mu only around one write(2).
-std::mutex g_spool_mu;
-int g_fd = -1;                   // GUARDED_BY(g_spool_mu)
-uint64_t g_seq = 0;              // GUARDED_BY(g_spool_mu): number of g_fd's file
-uint64_t g_bytes = 0;            // GUARDED_BY(g_spool_mu): bytes in g_fd's file
-std::deque<std::string> g_unwritten;  // GUARDED_BY(g_spool_mu): write(2) failed
+planc::Mutex g_spool_mu;
+int g_fd GUARDED_BY(g_spool_mu) = -1;
+uint64_t g_seq GUARDED_BY(g_spool_mu) = 0;    // number of g_fd's file
+uint64_t g_bytes GUARDED_BY(g_spool_mu) = 0;  // bytes in g_fd's file
+std::deque<std::string> g_unwritten GUARDED_BY(g_spool_mu);  // write(2) failed
 
 // preempt/planc's completion hook (plugins/planc_shared.h), looked up on
 // first use and again at most every 10 s while missing (PreemptType may be
@@ -97,12 +98,12 @@ time_t g_run_end_lookup_at = 0;
 std::unordered_map<uint32_t, time_t> g_size_start;
 
 // The worker.
-std::mutex g_mu;
-std::condition_variable g_cv;
-std::string g_conninfo;          // GUARDED_BY(g_mu)
-bool g_stop = false;             // GUARDED_BY(g_mu)
+planc::Mutex g_mu;
+std::condition_variable_any g_cv;
+std::string g_conninfo GUARDED_BY(g_mu);
+bool g_stop GUARDED_BY(g_mu) = false;
 // `scontrol reconfigure` calls set_location(): look at planc.conf at once.
-bool g_reconfigured = false;     // GUARDED_BY(g_mu)
+bool g_reconfigured GUARDED_BY(g_mu) = false;
 std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
 // Appends one record; on failure cuts the file back to where it was, so a
@@ -156,7 +157,7 @@ std::vector<uint64_t> existing_spools() {
 uint64_t rotate() {
   uint64_t next_seq;
   {
-    std::lock_guard<std::mutex> l(g_spool_mu);
+    planc::MutexLock l(g_spool_mu);
     if (g_bytes == 0 && g_unwritten.empty()) return 0;
     next_seq = g_seq + 1;
   }
@@ -170,7 +171,7 @@ uint64_t rotate() {
   uint64_t old_seq;
   std::deque<std::string> retry;
   {
-    std::lock_guard<std::mutex> l(g_spool_mu);
+    planc::MutexLock l(g_spool_mu);
     old = g_fd;
     old_seq = g_seq;
     g_fd = next;
@@ -182,7 +183,7 @@ uint64_t rotate() {
   size_t lost = 0;
   for (const std::string& line : retry) {
     if (append_record(old, line)) continue;
-    std::lock_guard<std::mutex> l(g_spool_mu);
+    planc::MutexLock l(g_spool_mu);
     g_unwritten.push_back(line);
     lost++;
   }
@@ -287,7 +288,7 @@ void store_spool(planc::BillStore& store, uint64_t seq) {
 
 // fini() must not wait for a long backlog: the spool keeps what is left.
 bool stopping() {
-  std::lock_guard<std::mutex> l(g_mu);
+  planc::MutexLock l(g_mu);
   return g_stop;
 }
 
@@ -297,10 +298,12 @@ void worker(std::vector<uint64_t> pending, planc::ConfigWatch watch) {
   int backoff = 0;  // seconds; grows while PostgreSQL is unreachable
   time_t last_error_log = 0;
   bool config_logged = false;
-  std::unique_lock<std::mutex> l(g_mu);
+  planc::MutexLock l(g_mu);
   while (!g_stop) {
-    g_cv.wait_for(l, std::chrono::seconds(backoff ? backoff : 1),
-                  [] { return g_stop || g_reconfigured; });
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(backoff ? backoff : 1);
+    while (!g_stop && !g_reconfigured &&
+           g_cv.wait_until(l, until) == std::cv_status::no_timeout) {
+    }
     if (g_stop) break;
     std::string conninfo = g_conninfo;
     bool force = g_reconfigured;
@@ -397,17 +400,23 @@ PLANC_EXPORT int init(void) {
       return SLURM_ERROR;
     }
     std::vector<uint64_t> pending = existing_spools();
-    g_seq = pending.empty() ? 1 : pending.back() + 1;
-    g_fd = open_spool(g_seq);
-    g_bytes = 0;
-    if (g_fd < 0) {
-      error("%s: cannot create %s: %m", plugin_type, spool_path(g_seq).c_str());
-      return SLURM_ERROR;
+    {
+      planc::MutexLock l(g_spool_mu);
+      g_seq = pending.empty() ? 1 : pending.back() + 1;
+      g_fd = open_spool(g_seq);
+      g_bytes = 0;
+      if (g_fd < 0) {
+        error("%s: cannot create %s: %m", plugin_type, spool_path(g_seq).c_str());
+        return SLURM_ERROR;
+      }
     }
     if (!pending.empty())
       info("%s: %zu spool file(s) from before the restart will be (re)stored", plugin_type,
            pending.size());
-    g_stop = false;
+    {
+      planc::MutexLock l(g_mu);
+      g_stop = false;
+    }
     g_worker = planc::start_worker("planc_jobcomp", worker, std::move(pending),
                                    planc::ConfigWatch(planc::slurm::planc_conf_file(), g_config));
     verbose("%s loaded, spool %s", plugin_type, g_dir.c_str());
@@ -420,8 +429,13 @@ PLANC_EXPORT int init(void) {
 
 PLANC_EXPORT int fini(void) {
   try {
-    planc::stop_worker(g_mu, g_stop, g_cv, g_worker);
-    std::lock_guard<std::mutex> l(g_spool_mu);
+    {
+      planc::MutexLock l(g_mu);
+      g_stop = true;
+    }
+    g_cv.notify_all();
+    planc::join_worker(g_worker);
+    planc::MutexLock l(g_spool_mu);
     if (g_fd >= 0) {
       for (const std::string& line : g_unwritten)
         if (!append_record(g_fd, line)) error("%s: a segment could not be spooled at shutdown: %m", plugin_type);
@@ -440,7 +454,7 @@ PLANC_EXPORT int fini(void) {
 // Called at start and on every `scontrol reconfigure`.
 PLANC_EXPORT int jobcomp_p_set_location(char* location) {
   {
-    std::lock_guard<std::mutex> l(g_mu);
+    planc::MutexLock l(g_mu);
     g_conninfo = location ? location : "";
     g_reconfigured = true;
   }
@@ -471,7 +485,7 @@ PLANC_EXPORT int jobcomp_p_log_record(job_record_t* job) {
       g_size_start.erase(size);
     }
     std::string line = planc::serialize_segment(seg);
-    std::lock_guard<std::mutex> l(g_spool_mu);
+    planc::MutexLock l(g_spool_mu);
     if (g_fd >= 0 && g_unwritten.empty() && append_record(g_fd, line)) {
       g_bytes += line.size();
       return SLURM_SUCCESS;
@@ -491,7 +505,7 @@ PLANC_EXPORT List jobcomp_p_get_jobs(slurmdb_job_cond_t* job_cond) {
   try {
     std::string conninfo;
     {
-      std::lock_guard<std::mutex> l(g_mu);
+      planc::MutexLock l(g_mu);
       conninfo = g_conninfo;
     }
     // As the user running sacct, never as slurmctld's role: row-level

@@ -28,7 +28,6 @@
 #include <exception>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -36,6 +35,7 @@
 #include "common/preemption_tracker.h"
 #include "common/state_file.h"
 #include "plugins/config_watch.h"
+#include "plugins/mutex.h"
 #include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
 #include "plugins/worker_thread.h"
@@ -95,23 +95,23 @@ struct Plugin {
   planc::ConfigWatch watch;                        // worker only
   const std::string state_path;
 
-  std::mutex mu;
-  PreemptionTracker tracker;  // GUARDED_BY(mu)
+  planc::Mutex mu;
+  PreemptionTracker tracker GUARDED_BY(mu);
   // SIGKILL orders of graceless victims, captured when they are preempted
-  // (their node list is gone once Slurm requeues them).  GUARDED_BY(mu)
-  std::map<uint32_t, planc::slurm::JobSignal> kill_orders;
+  // (their node list is gone once Slurm requeues them).
+  std::map<uint32_t, planc::slurm::JobSignal> kill_orders GUARDED_BY(mu);
   // The jobs the ledger may hold, readable without mu by the hot paths.
   // Written under mu.
   planc::LedgerFilter in_ledger;
-  std::condition_variable cv;
-  bool stop = false;         // GUARDED_BY(mu)
+  std::condition_variable_any cv;
+  bool stop GUARDED_BY(mu) = false;
   // Wakes the worker before its tick: a grace deadline to arm, a requeue to
   // do, or the first preemption after a quiet spell.  Not for every
   // preemption: a wake-up from inside the scheduling cycle hands the CPU to
   // the worker while the cycle holds the job write lock (bench-preempt:
   // main cycles 1.5-2.6x longer in wall time at the same CPU).
-  bool wake = false;         // GUARDED_BY(mu)
-  bool worker_idle = false;  // GUARDED_BY(mu): sleeping its long sleep
+  bool wake GUARDED_BY(mu) = false;
+  bool worker_idle GUARDED_BY(mu) = false;  // sleeping its long sleep
   std::thread* worker = nullptr;
 
   // The preemptor of the latest preemptable() call: Slurm asks
@@ -166,14 +166,14 @@ void reload(Plugin& p) {
   if (!cfg) return;
   p.policies.push_back(std::make_unique<Policy>(cfg));
   p.policy.store(p.policies.back().get(), std::memory_order_release);
-  std::lock_guard<std::mutex> l(p.mu);
+  planc::MutexLock l(p.mu);
   p.tracker.set_limits(cfg->preempt_max_count, cfg->preempt_window_seconds);
 }
 
 void send_kills(Plugin& p, const std::vector<TrackerAction>& kills) {
   std::vector<planc::slurm::JobSignal> orders;
   {
-    std::lock_guard<std::mutex> l(p.mu);
+    planc::MutexLock l(p.mu);
     for (const auto& a : kills) {
       auto it = p.kill_orders.find(a.job_id);
       if (it == p.kill_orders.end()) continue;
@@ -225,7 +225,7 @@ void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
       }
       case K::kRequeue: {
         {
-          std::lock_guard<std::mutex> l(p.mu);
+          planc::MutexLock l(p.mu);
           p.tracker.requeuing(a.job_id);
         }
         int rc = planc::slurm::requeue_preempted(a.job_id);
@@ -252,7 +252,7 @@ void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
   unlock_slurmctld(locks);
   send_kills(p, kills);
   {
-    std::lock_guard<std::mutex> l(p.mu);
+    planc::MutexLock l(p.mu);
     for (const auto& [a, ok] : results) p.tracker.done(a, ok);
   }
   if (reschedule) queue_job_scheduler();  // only signals the scheduler thread
@@ -262,7 +262,7 @@ void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
 void forget_ended_jobs(Plugin& p) {
   std::vector<uint32_t> ids;
   {
-    std::lock_guard<std::mutex> l(p.mu);
+    planc::MutexLock l(p.mu);
     p.tracker.prune(time(nullptr));
     ids = p.tracker.ledger().job_ids();
     p.in_ledger.rebuild(ids);
@@ -273,7 +273,7 @@ void forget_ended_jobs(Plugin& p) {
   std::vector<uint32_t> ended = planc::slurm::ended_jobs(ids);
   unlock_slurmctld(job_read);
   if (ended.empty()) return;
-  std::lock_guard<std::mutex> l(p.mu);
+  planc::MutexLock l(p.mu);
   p.tracker.forget(ended);
   p.in_ledger.rebuild(p.tracker.ledger().job_ids());
 }
@@ -282,14 +282,15 @@ void worker(Plugin* pp) {
   Plugin& p = *pp;
   time_t last_sweep = time(nullptr);
   auto last_write = std::chrono::steady_clock::now() - kStateWriteInterval;
-  std::unique_lock<std::mutex> l(p.mu);
+  planc::MutexLock l(p.mu);
   while (!p.stop) {
     bool busy = p.tracker.busy() || p.tracker.dirty();
     p.worker_idle = !busy;
     auto wake = Clock::now() + (busy ? kBusyTick : kIdleTick);
     if (auto due = p.tracker.next_due())
       wake = std::min(wake, Clock::time_point(std::chrono::milliseconds(*due)));
-    p.cv.wait_until(l, wake, [&] { return p.stop || p.wake; });
+    while (!p.stop && !p.wake && p.cv.wait_until(l, wake) == std::cv_status::no_timeout) {
+    }
     p.wake = false;
     p.worker_idle = false;
     if (p.stop) break;
@@ -361,7 +362,7 @@ uint32_t grace_and_count(Plugin& p, job_record_t* job) {
     kill = planc::slurm::job_signal_order(job, SIGKILL);
   bool wake;
   {
-    std::lock_guard<std::mutex> l(p.mu);
+    planc::MutexLock l(p.mu);
     e = p.tracker.start(e, now_ms());
     p.in_ledger.add(job->job_id);
     if (kill) p.kill_orders[job->job_id] = std::move(*kill);
@@ -389,7 +390,10 @@ PLANC_EXPORT int init(void) {
     if (!config) return SLURM_ERROR;
     std::string path = planc::slurm::state_file_path(kStateFile);
     g = new Plugin(config, path, load_state(*config, path));
-    g->in_ledger.rebuild(g->tracker.ledger().job_ids());
+    {
+      planc::MutexLock l(g->mu);
+      g->in_ledger.rebuild(g->tracker.ledger().job_ids());
+    }
     g->worker = planc::start_worker("planc_preempt", worker, g);
     verbose("%s loaded", plugin_type);
     return SLURM_SUCCESS;
@@ -405,8 +409,18 @@ PLANC_EXPORT int init(void) {
 PLANC_EXPORT void fini(void) {
   if (!g) return;
   try {
-    planc::stop_worker(g->mu, g->stop, g->cv, g->worker);
-    write_state(*g, g->tracker.serialize());
+    {
+      planc::MutexLock l(g->mu);
+      g->stop = true;
+    }
+    g->cv.notify_all();
+    planc::join_worker(g->worker);
+    std::string text;
+    {
+      planc::MutexLock l(g->mu);
+      text = g->tracker.serialize();
+    }
+    write_state(*g, text);
   } catch (const std::exception& e) {
     error("%s: fini: %s", plugin_type, e.what());
   }
@@ -423,7 +437,7 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
     g->last_preemptor = preemptor->job_id;
     g->last_preemptor_tier = er->id;
     if (!g->in_ledger.maybe_contains(preemptee->job_id)) return true;
-    std::lock_guard<std::mutex> l(g->mu);
+    planc::MutexLock l(g->mu);
     return !g->tracker.capped(preemptee->job_id, time(nullptr));
   } catch (...) {
     return false;  // when in doubt, preempt nothing
@@ -462,7 +476,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         planc::VictimFacts v{t ? t->victim_class : uint8_t{3}, 0, 0};
         v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
         if (g->in_ledger.maybe_contains(job_ptr->job_id)) {
-          std::lock_guard<std::mutex> l(g->mu);
+          planc::MutexLock l(g->mu);
           v.recent_preemptions = g->tracker.ledger().count_in_window(job_ptr->job_id, now);
         }
         *static_cast<uint32_t*>(data) = planc::victim_rank(v);
@@ -495,7 +509,7 @@ PLANC_EXPORT int planc_preempt_run_end_v1(void* record) {
     const bool requeue = planc::slurm::requeues(job);
     PreemptionTracker::RunEnd r;
     {
-      std::lock_guard<std::mutex> l(p.mu);
+      planc::MutexLock l(p.mu);
       r = p.tracker.run_ended(job->job_id, verdict, requeue);
       if (r.kind == RK::kTreatAsPreempted && requeue) p.wake = true;
     }

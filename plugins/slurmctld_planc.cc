@@ -32,6 +32,7 @@
 #include "common/spot_cap.h"
 #include "common/starvation.h"
 #include "common/state_file.h"
+#include "plugins/mutex.h"
 #include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
 #include "plugins/worker_thread.h"
@@ -55,19 +56,19 @@ constexpr int kSpotSampleSeconds = 5;
 // planc.conf changes.  `scontrol show config` reads g_shown.
 std::shared_ptr<const planc::PlancConfig> g_config;
 std::unique_ptr<planc::QosTierCache> g_tiers;
-std::mutex g_shown_mu;
-std::shared_ptr<const planc::PlancConfig> g_shown;  // GUARDED_BY(g_shown_mu)
+planc::Mutex g_shown_mu;
+std::shared_ptr<const planc::PlancConfig> g_shown GUARDED_BY(g_shown_mu);
 std::string g_state_path;
 
-std::mutex g_mu;
-std::condition_variable g_cv;
-bool g_stop = false;  // GUARDED_BY(g_mu)
+planc::Mutex g_mu;
+std::condition_variable_any g_cv;
+bool g_stop GUARDED_BY(g_mu) = false;
 std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
 // Only the worker touches the ledger; job_submit reads snapshots.
 std::unique_ptr<planc::SpotLedger> g_ledger;
-std::mutex g_usage_mu;
-std::shared_ptr<const planc::SpotUsage> g_usage;  // GUARDED_BY(g_usage_mu)
+planc::Mutex g_usage_mu;
+std::shared_ptr<const planc::SpotUsage> g_usage GUARDED_BY(g_usage_mu);
 std::atomic<bool> g_running{false};
 
 // For `scontrol show config` and the benchmark.
@@ -207,7 +208,7 @@ std::unique_ptr<planc::SpotLedger> load_spot_state(const planc::PlancConfig& cfg
 
 void publish_usage() {
   auto u = std::make_shared<const planc::SpotUsage>(g_ledger->usage());
-  std::lock_guard<std::mutex> l(g_usage_mu);
+  planc::MutexLock l(g_usage_mu);
   g_usage = std::move(u);
 }
 
@@ -235,7 +236,7 @@ void reload(planc::ConfigWatch* watch) {
   if (!cfg) return;
   g_tiers = std::make_unique<planc::QosTierCache>(cfg->tiers);
   g_config = cfg;
-  std::lock_guard<std::mutex> l(g_shown_mu);
+  planc::MutexLock l(g_shown_mu);
   g_shown = cfg;
 }
 
@@ -245,9 +246,11 @@ void worker(planc::ConfigWatch watch) {
   auto next_sample = Clock::now();
   int gpu_pos = -1;
   std::string written;
-  std::unique_lock<std::mutex> l(g_mu);
+  planc::MutexLock l(g_mu);
   while (!g_stop) {
-    g_cv.wait_until(l, std::min(next_scan, next_sample), [] { return g_stop; });
+    while (!g_stop && g_cv.wait_until(l, std::min(next_scan, next_sample)) ==
+                          std::cv_status::no_timeout) {
+    }
     if (g_stop) break;
     l.unlock();
     try {
@@ -289,7 +292,7 @@ PLANC_EXPORT int planc_spot_used_v1(const char* account, int tier, int64_t now, 
   try {
     std::shared_ptr<const planc::SpotUsage> u;
     {
-      std::lock_guard<std::mutex> l(g_usage_mu);
+      planc::MutexLock l(g_usage_mu);
       u = g_usage;
     }
     if (!u) return 0;
@@ -307,12 +310,15 @@ PLANC_EXPORT int init(void) {
     g_state_path = planc::slurm::state_file_path(kStateFile);
     g_tiers = std::make_unique<planc::QosTierCache>(g_config->tiers);
     {
-      std::lock_guard<std::mutex> l(g_shown_mu);
+      planc::MutexLock l(g_shown_mu);
       g_shown = g_config;
     }
     g_ledger = load_spot_state(*g_config);
     publish_usage();
-    g_stop = false;
+    {
+      planc::MutexLock l(g_mu);
+      g_stop = false;
+    }
     g_worker = planc::start_worker("planc_ctld", worker,
                                    planc::ConfigWatch(planc::slurm::planc_conf_file(), g_config));
     g_running = true;
@@ -333,7 +339,12 @@ PLANC_EXPORT int init(void) {
 PLANC_EXPORT int fini(void) {
   g_running = false;
   try {
-    planc::stop_worker(g_mu, g_stop, g_cv, g_worker);
+    {
+      planc::MutexLock l(g_mu);
+      g_stop = true;
+    }
+    g_cv.notify_all();
+    planc::join_worker(g_worker);
     if (g_ledger) {
       if (auto err = planc::write_file_atomically(g_state_path, g_ledger->serialize()))
         error("%s: %s", plugin_type, err->c_str());
@@ -342,14 +353,14 @@ PLANC_EXPORT int fini(void) {
     error("%s: fini: %s", plugin_type, e.what());
   }
   {
-    std::lock_guard<std::mutex> l(g_usage_mu);
+    planc::MutexLock l(g_usage_mu);
     g_usage.reset();
   }
   g_ledger.reset();
   g_tiers.reset();
   g_config.reset();
   {
-    std::lock_guard<std::mutex> l(g_shown_mu);
+    planc::MutexLock l(g_shown_mu);
     g_shown.reset();
   }
   return SLURM_SUCCESS;
@@ -359,7 +370,7 @@ PLANC_EXPORT void slurmctld_plugstack_p_get_config(config_plugin_params_t* p) {
   try {
     std::shared_ptr<const planc::PlancConfig> shown;
     {
-      std::lock_guard<std::mutex> l(g_shown_mu);
+      planc::MutexLock l(g_shown_mu);
       shown = g_shown;
     }
     if (!shown) return;

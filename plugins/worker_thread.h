@@ -9,8 +9,6 @@
 
 #include <pthread.h>
 
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -27,17 +25,12 @@ std::thread* start_worker(const char* name, Args&&... args) {
   return worker;
 }
 
-// Sets `stop` under `mu`, wakes the worker, waits for it to end and frees
-// it.  Nothing to do when no worker runs.  Call it holding none of
-// slurmctld's locks: the worker may be waiting for them.
-inline void stop_worker(std::mutex& mu, bool& stop, std::condition_variable& cv,
-                        std::thread*& worker) {
+// Waits for a worker the plugin has asked to stop (its stop flag set under
+// its mutex, its condition variable notified) and frees it.  Nothing to do
+// when no worker runs.  Call it holding none of slurmctld's locks: the
+// worker may be waiting for them.
+inline void join_worker(std::thread*& worker) {
   if (!worker) return;
-  {
-    std::lock_guard<std::mutex> l(mu);
-    stop = true;
-  }
-  cv.notify_all();
   if (worker->joinable()) worker->join();
   delete worker;
   worker = nullptr;
