@@ -1,0 +1,103 @@
+// preempt/planc's state and its worker: what the entry points in
+// preempt_planc.cc share.  Plugin-internal (includes Slurm's headers).
+//
+// Locks: Slurm's entry points hold slurmctld's job lock; Plugin::mu is
+// always taken after slurmctld's locks and never held across a call into
+// Slurm or any I/O.
+#ifndef PLANC_PLUGINS_PREEMPT_STATE_H_
+#define PLANC_PLUGINS_PREEMPT_STATE_H_
+
+#include "plugins/slurm_compat.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/preemption_tracker.h"
+#include "plugins/config_watch.h"
+#include "plugins/mutex.h"
+#include "plugins/slurm_adapter.h"
+
+namespace planc::preempt {
+
+struct Policy {
+  explicit Policy(std::shared_ptr<const planc::PlancConfig> c)
+      : config(std::move(c)), tiers(config->tiers) {}
+  const std::shared_ptr<const planc::PlancConfig> config;
+  const planc::QosTierCache tiers;  // over config->tiers
+};
+
+// Everything the plugin holds.  Made by init() and deleted by fini() after
+// the worker has stopped; never destroyed at exit, since slurmctld may exit
+// without calling fini() (22.05 does for preempt plugins) while the worker
+// still runs.
+struct Plugin {
+  Plugin(std::shared_ptr<const planc::PlancConfig> c, std::string path, planc::PreemptionTracker t)
+      : watch(planc::slurm::planc_conf_file(), c), state_path(std::move(path)),
+        tracker(std::move(t)) {
+    policies.push_back(std::make_unique<Policy>(std::move(c)));
+    policy.store(policies.back().get());
+  }
+
+  // The policy in force, read without a lock by Slurm's callbacks; a
+  // reload (the worker) stores a new one.  Replaced policies are kept until
+  // fini(): a callback may still be reading one, and reloads are rare.
+  std::atomic<const Policy*> policy{nullptr};
+  std::vector<std::unique_ptr<Policy>> policies;  // worker only (and fini)
+  planc::ConfigWatch watch;                        // worker only
+  const std::string state_path;
+
+  planc::Mutex mu;
+  planc::PreemptionTracker tracker GUARDED_BY(mu);
+  // SIGKILL orders of graceless victims, captured when they are preempted
+  // (their node list is gone once Slurm requeues them).
+  std::map<uint32_t, planc::slurm::JobSignal> kill_orders GUARDED_BY(mu);
+  // The jobs the ledger may hold, readable without mu by the hot paths.
+  // Written under mu.
+  planc::LedgerFilter in_ledger;
+  std::condition_variable_any cv;
+  bool stop GUARDED_BY(mu) = false;
+  // Wakes the worker before its tick: a grace deadline to arm, a requeue to
+  // do, or the first preemption after a quiet spell.  Not for every
+  // preemption: a wake-up from inside the scheduling cycle hands the CPU to
+  // the worker while the cycle holds the job write lock (bench-preempt:
+  // main cycles 1.5-2.6x longer in wall time at the same CPU).
+  bool wake GUARDED_BY(mu) = false;
+  bool worker_idle GUARDED_BY(mu) = false;  // sleeping its long sleep
+  std::thread* worker = nullptr;
+
+  // The preemptor of the latest preemptable() call: Slurm asks
+  // preemptable() for the candidates of one preemptor and then preempts
+  // the chosen ones under the same hold of the job write lock, so at
+  // GRACE_TIME this names the job that caused the preemption (Slurm does
+  // not pass it).  Only touched under slurmctld's job lock.
+  uint32_t last_preemptor = 0;
+  planc::TierId last_preemptor_tier = planc::TierId::kP0;
+};
+
+// The policy in force (lock-free).
+inline const Policy& policy(const Plugin& p) { return *p.policy.load(std::memory_order_acquire); }
+
+// The preemption state saved in StateSaveLocation, or a fresh one (a first
+// start, or a file that cannot be used: logged, moved aside).
+planc::PreemptionTracker load_state(const planc::PlancConfig& cfg, const std::string& path);
+bool write_state(const Plugin& p, const std::string& text);
+
+// The worker thread's body, until p.stop.
+void run_worker(Plugin* p);
+
+// Slurm's GRACE_TIME question: a preemption of `job` starts.  Returns the
+// grace in seconds.  Slurm's job write lock held.
+uint32_t start_preemption(Plugin& p, job_record_t* job);
+
+// The run of `job` ended with its preemption in progress (see
+// plugins/planc_shared.h).  Returns kRunEnd* flags.  Job write lock held.
+int run_ended(Plugin& p, job_record_t* job);
+
+}  // namespace planc::preempt
+
+#endif  // PLANC_PLUGINS_PREEMPT_STATE_H_

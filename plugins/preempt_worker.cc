@@ -1,0 +1,331 @@
+// preempt/planc's worker and the bookkeeping behind Slurm's GRACE_TIME
+// question and the completion hook (plugins/preempt_state.h).  What to do
+// and when comes from PreemptionTracker (common/); the Slurm calls are the
+// adapter's.
+#include "plugins/preempt_state.h"
+
+#include <chrono>
+#include <exception>
+
+#include "common/preempt_policy.h"
+#include "common/state_file.h"
+#include "plugins/planc_shared.h"
+#include "plugins/worker_thread.h"
+
+namespace planc::preempt {
+namespace {
+
+using planc::PreemptionTracker;
+using planc::Tier;
+using planc::TrackerAction;
+using Clock = std::chrono::system_clock;
+
+// The state file is written at most this often: a burst of preemptions is
+// one write (with fsync), not one each.  A crash loses at most the last
+// second's changes.
+constexpr auto kStateWriteInterval = std::chrono::seconds(1);
+// While preemptions are in flight the worker looks every tick: each pass a
+// robbed preemptor waits costs a scheduling pass.
+constexpr auto kBusyTick = std::chrono::milliseconds(200);
+constexpr auto kIdleTick = std::chrono::milliseconds(5000);
+
+planc::TimeMs now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// One planc.conf as the hot paths read it.  Immutable.
+}  // namespace
+
+bool write_state(const Plugin& p, const std::string& text) {
+  if (auto err = planc::write_file_atomically(p.state_path, text)) {
+    error("%s: cannot save the preemption state: %s", plugin_type, err->c_str());
+    return false;
+  }
+  return true;
+}
+
+PreemptionTracker load_state(const planc::PlancConfig& cfg, const std::string& path) {
+  auto loaded = planc::load_state_file<PreemptionTracker>(
+      path, time(nullptr),
+      [&](const std::string& text) {
+        return PreemptionTracker::parse(text, cfg.preempt_max_count, cfg.preempt_window_seconds);
+      },
+      [&] { return PreemptionTracker(cfg.preempt_max_count, cfg.preempt_window_seconds); },
+      "starting with no preemptions counted (the per-job cap restarts from zero) and no grace "
+      "in progress");
+  if (!loaded.problem.empty())
+    error("%s: %s", plugin_type, loaded.problem.c_str());
+  else
+    info("%s: %zu job(s) with preemptions counted, %zu in their grace, from %s", plugin_type,
+         loaded.value.ledger().size(), loaded.value.in_grace(), path.c_str());
+  return std::move(loaded.value);
+}
+
+namespace {
+
+// --- the worker ------------------------------------------------------------------
+
+slurmctld_lock_t update_locks() {
+  return {.conf = READ_LOCK, .job = WRITE_LOCK, .node = WRITE_LOCK, .part = READ_LOCK,
+          .fed = READ_LOCK};
+}
+
+// A changed planc.conf: a new policy for what starts from now on; the
+// cap's limits apply at once to the counts kept; a grace in progress keeps
+// the grace it started with.
+void reload(Plugin& p) {
+  auto cfg = planc::slurm::reload_plugin_config(plugin_type, &p.watch);
+  if (!cfg) return;
+  p.policies.push_back(std::make_unique<Policy>(cfg));
+  p.policy.store(p.policies.back().get(), std::memory_order_release);
+  planc::MutexLock l(p.mu);
+  p.tracker.set_limits(cfg->preempt_max_count, cfg->preempt_window_seconds);
+}
+
+void send_kills(Plugin& p, const std::vector<TrackerAction>& kills) {
+  std::vector<planc::slurm::JobSignal> orders;
+  {
+    planc::MutexLock l(p.mu);
+    for (const auto& a : kills) {
+      auto it = p.kill_orders.find(a.job_id);
+      if (it == p.kill_orders.end()) continue;
+      orders.push_back(std::move(it->second));
+      p.kill_orders.erase(it);
+    }
+  }
+  if (orders.empty()) return;
+  slurmctld_lock_t job_read = {.job = READ_LOCK};
+  lock_slurmctld(job_read);  // the agent looks the jobs up
+  for (const auto& o : orders) {
+    debug("%s: JobId=%u still ends %lld ms after SIGTERM: SIGKILL", plugin_type, o.job_id,
+          static_cast<long long>(planc::kNoGraceKillAfterMs));
+    planc::slurm::signal_nodes(o);
+  }
+  unlock_slurmctld(job_read);
+}
+
+// One hold of the update locks for everything else the tracker asked for.
+void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
+  using K = TrackerAction::Kind;
+  const planc::PlancConfig& cfg = *policy(p).config;
+  std::vector<TrackerAction> kills;
+  std::vector<std::pair<TrackerAction, bool>> results;
+  bool reschedule = false;
+  slurmctld_lock_t locks = update_locks();
+  lock_slurmctld(locks);
+  const time_t now = time(nullptr);
+  for (const TrackerAction& a : actions) {
+    bool ok = false;
+    switch (a.kind) {
+      case K::kKill: kills.push_back(a); continue;
+      case K::kEndGrace: {
+        bool rq = planc::slurm::requeues(a.job_id).value_or(a.event.requeue);
+        planc::PreemptionOutcome o{rq ? planc::PreemptionEnd::kRequeued
+                                      : planc::PreemptionEnd::kCancelled, now, ""};
+        ok = planc::slurm::end_grace(a.job_id, a.preemptor, planc::preemption_note(cfg, a.event, o));
+        reschedule = reschedule || ok;
+        break;
+      }
+      case K::kCallOff: {
+        planc::PreemptionOutcome o{planc::PreemptionEnd::kCalledOff, now, a.reason};
+        ok = planc::slurm::call_off(a.job_id, planc::preemption_note(cfg, a.event, o));
+        if (ok)
+          info("%s: JobId=%u: preemption by JobId=%u called off (%s); it keeps running and the "
+               "preemption is not counted",
+               plugin_type, a.job_id, a.preemptor, a.reason.c_str());
+        break;
+      }
+      case K::kRequeue: {
+        {
+          planc::MutexLock l(p.mu);
+          p.tracker.requeuing(a.job_id);
+        }
+        int rc = planc::slurm::requeue_preempted(a.job_id);
+        ok = rc == SLURM_SUCCESS;
+        if (ok)
+          info("%s: JobId=%u ended during its grace: requeued as preempted", plugin_type,
+               a.job_id);
+        else
+          error("%s: JobId=%u ended during its grace but could not be requeued: %s",
+                plugin_type, a.job_id, slurm_strerror(rc));
+        break;
+      }
+      case K::kReleasePreemptor:
+        ok = planc::slurm::release_preemptor(a.job_id);
+        if (ok)
+          debug("%s: JobId=%u: the resources its preemption freed went to another job; it may "
+                "preempt again now",
+                plugin_type, a.job_id);
+        reschedule = reschedule || ok;
+        break;
+    }
+    results.emplace_back(a, ok);
+  }
+  unlock_slurmctld(locks);
+  send_kills(p, kills);
+  {
+    planc::MutexLock l(p.mu);
+    for (const auto& [a, ok] : results) p.tracker.done(a, ok);
+  }
+  if (reschedule) queue_job_scheduler();  // only signals the scheduler thread
+}
+
+// Forgets the counts of jobs that have ended.
+void forget_ended_jobs(Plugin& p) {
+  std::vector<uint32_t> ids;
+  {
+    planc::MutexLock l(p.mu);
+    p.tracker.prune(time(nullptr));
+    ids = p.tracker.ledger().job_ids();
+    p.in_ledger.rebuild(ids);
+  }
+  if (ids.empty()) return;
+  slurmctld_lock_t job_read = {.job = READ_LOCK};
+  lock_slurmctld(job_read);
+  std::vector<uint32_t> ended = planc::slurm::ended_jobs(ids);
+  unlock_slurmctld(job_read);
+  if (ended.empty()) return;
+  planc::MutexLock l(p.mu);
+  p.tracker.forget(ended);
+  p.in_ledger.rebuild(p.tracker.ledger().job_ids());
+}
+
+}  // namespace
+
+void run_worker(Plugin* pp) {
+  Plugin& p = *pp;
+  time_t last_sweep = time(nullptr);
+  auto last_write = std::chrono::steady_clock::now() - kStateWriteInterval;
+  planc::MutexLock l(p.mu);
+  while (!p.stop) {
+    bool busy = p.tracker.busy() || p.tracker.dirty();
+    p.worker_idle = !busy;
+    auto wake = Clock::now() + (busy ? kBusyTick : kIdleTick);
+    if (auto due = p.tracker.next_due())
+      wake = std::min(wake, Clock::time_point(std::chrono::milliseconds(*due)));
+    while (!p.stop && !p.wake && p.cv.wait_until(l, wake) == std::cv_status::no_timeout) {
+    }
+    p.wake = false;
+    p.worker_idle = false;
+    if (p.stop) break;
+    l.unlock();
+    reload(p);
+    l.lock();
+    // Nothing about jobs can be known before slurmctld has loaded them
+    // (after a restart the tracker may already hold graces).
+    if (!planc::slurm::jobs_loaded()) continue;
+    if (p.tracker.busy()) {
+      std::vector<uint32_t> ids = p.tracker.watched();
+      l.unlock();
+      slurmctld_lock_t job_read = {.job = READ_LOCK};
+      lock_slurmctld(job_read);
+      auto seen = planc::slurm::view_jobs(ids);
+      unlock_slurmctld(job_read);
+      l.lock();
+      auto actions = p.tracker.plan(now_ms(), seen);
+      if (!actions.empty()) {
+        l.unlock();
+        carry_out(p, actions);
+        l.lock();
+      }
+    }
+    if (time(nullptr) - last_sweep >= 60) {
+      l.unlock();
+      forget_ended_jobs(p);
+      last_sweep = time(nullptr);
+      l.lock();
+    }
+    if (!p.tracker.dirty() || std::chrono::steady_clock::now() - last_write < kStateWriteInterval)
+      continue;
+    std::string text = p.tracker.serialize();
+    l.unlock();
+    write_state(p, text);  // outside every lock
+    last_write = std::chrono::steady_clock::now();
+    l.lock();
+  }
+}
+
+// --- Slurm's questions -------------------------------------------------------------
+
+uint32_t start_preemption(Plugin& p, job_record_t* job) {
+  const Policy& pol = policy(p);
+  const planc::PlancConfig& cfg = *pol.config;
+  const Tier* victim = planc::slurm::job_tier(pol.tiers, job);
+  if (!victim) return 0;
+  planc::PreemptionEvent e;
+  e.victim_job = job->job_id;
+  e.victim_tier = victim->id;
+  e.when = time(nullptr);
+  e.grace_seconds = victim->grace_seconds;
+  e.requeue = planc::slurm::requeues(job);
+  if (p.last_preemptor && cfg.tiers.can_preempt(p.last_preemptor_tier, victim->id)) {
+    e.preemptor_job = p.last_preemptor;
+    e.preemptor_tier = p.last_preemptor_tier;
+  }
+  planc::Entitlement ent = planc::slurm::entitlement_of(cfg, job);
+  e.account = ent.account;
+  const Tier* advised = planc::advised_tier(cfg, victim->id, ent);
+  e.advised_tier = advised ? static_cast<int8_t>(planc::tier_index(advised->id)) : -1;
+  // No grace means no grace: Slurm's requeue or cancel, which follows at
+  // once, sends SIGTERM, and a victim still dying kNoGraceKillAfterMs later
+  // gets SIGKILL from the worker (slurmd alone: 5 s).  Not from here: a
+  // signal queued inside the scheduling cycle woke slurmctld's agent, whose
+  // threads took the CPU from the cycle.
+  std::optional<planc::slurm::JobSignal> kill;
+  if (!e.grace_seconds && job->batch_flag)
+    kill = planc::slurm::job_signal_order(job, SIGKILL);
+  bool wake;
+  {
+    planc::MutexLock l(p.mu);
+    e = p.tracker.start(e, now_ms());
+    p.in_ledger.add(job->job_id);
+    if (kill) p.kill_orders[job->job_id] = std::move(*kill);
+    wake = e.grace_seconds || p.worker_idle;
+    if (wake) {
+      p.wake = true;
+      p.worker_idle = false;
+    }
+  }
+  if (wake) p.cv.notify_one();
+  planc::slurm::set_owner_note(job, planc::preemption_note(cfg, e));
+  if (e.grace_seconds) planc::slurm::sigterm_batch_script(job);
+  info("%s: %pJ (%s) preempted by JobId=%u (%s), grace %u s, %s, preemption %u in window",
+       plugin_type, job, victim->label.c_str(), e.preemptor_job,
+       e.preemptor_job ? cfg.tiers.tier(e.preemptor_tier).label.c_str() : "?", e.grace_seconds,
+       e.requeue ? "requeue" : "cancel", e.count_in_window);
+  return e.grace_seconds;
+}
+
+int run_ended(Plugin& p, job_record_t* job) {
+  using RK = PreemptionTracker::RunEnd::Kind;
+  const planc::PlancConfig& cfg = *policy(p).config;
+  planc::RunEndFacts facts = planc::slurm::run_end_facts(job);
+  planc::RunEndVerdict verdict = planc::judge_run_end(cfg, facts);
+  const bool requeue = planc::slurm::requeues(job);
+  PreemptionTracker::RunEnd r;
+  {
+    planc::MutexLock l(p.mu);
+    r = p.tracker.run_ended(job->job_id, verdict, requeue);
+    if (r.kind == RK::kTreatAsPreempted && requeue) p.wake = true;
+  }
+  if (r.kind == RK::kDuplicate) return kRunEndDuplicate;
+  if (r.kind == RK::kNone) return 0;
+  if (r.kind == RK::kTreatAsPreempted && requeue) p.cv.notify_one();
+  planc::slurm::set_run_end_state(job, verdict);
+  const time_t now = time(nullptr);
+  planc::PreemptionOutcome o{planc::PreemptionEnd::kEndedInGrace, now,
+                             planc::describe_wait_status(facts.wait_status)};
+  if (r.kind == RK::kFinished) o.end = planc::PreemptionEnd::kFinishedInGrace;
+  if (r.kind == RK::kCancelledInGrace)
+    o = {planc::PreemptionEnd::kCancelledInGrace, now, planc::slurm::cancelled_by(job)};
+  if (r.event) planc::slurm::set_owner_note(job, planc::preemption_note(cfg, *r.event, o));
+  info("%s: %pJ ended during its grace (%s): %s", plugin_type, job, o.detail.c_str(),
+       r.kind == RK::kFinished           ? "finished (GraceFinishedExitCode), billed"
+       : r.kind == RK::kCancelledInGrace ? "cancelled, not billed"
+       : requeue                         ? "treated as preempted, to be requeued"
+                                         : "treated as preempted");
+  return r.kind == RK::kFinished ? 0 : kRunEndPreempted;
+}
+
+}  // namespace planc::preempt
