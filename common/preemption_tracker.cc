@@ -94,16 +94,21 @@ PreemptionEvent PreemptionTracker::start(PreemptionEvent e, TimeMs now_ms) {
 }
 
 PreemptionTracker::RunEnd PreemptionTracker::run_ended(uint32_t job_id, RunEndVerdict verdict,
-                                                       bool requeueable) {
+                                                       bool requeueable, TimeMs now_ms) {
   using K = RunEnd::Kind;
   auto it = victims_.find(job_id);
   if (it != victims_.end() && it->second.phase == Phase::kRequeuing) return {K::kDuplicate, {}};
   const bool in_grace = it != victims_.end() && it->second.phase == Phase::kGrace;
   if (verdict == RunEndVerdict::kNotOurs) {
-    // Slurm's own preemption completing (or a node failure): a graceless
-    // victim stays watched for its kill.
-    if (in_grace) drop_victim(job_id);
-    return {};
+    // Slurm's own preemption completing, or a node failure.  A graceless
+    // victim stays watched for its kill; a victim in its grace is Slurm's
+    // doing only when a scheduling pass ended the grace before the worker
+    // did: watch it for its kill the same way.
+    if (!in_grace) return {};
+    it->second.phase = Phase::kKillCheck;
+    it->second.kill_due = now_ms + kNoGraceKillAfterMs;
+    dirty_ = true;
+    return {K::kSlurmEnded, it->second.event};
   }
   RunEnd r;
   if (in_grace) {

@@ -56,9 +56,11 @@ inline constexpr TimeMs kNoGraceKillAfterMs = 500;
 // A preemptor still waiting this long after its preemption is left to
 // Slurm (something else holds it back).
 inline constexpr time_t kPreemptorWatchSeconds = 600;
-// The grace ends this long after its deadline second: Slurm compares
-// end_time with whole seconds (now >= end_time).
-inline constexpr TimeMs kGraceSlackMs = 50;
+// The grace ends this long after its deadline second (Slurm compares
+// end_time with whole seconds: now >= end_time).  Small: a scheduling pass
+// that looks at the victim after that second ends the grace itself, without
+// the plugin's immediate SIGKILL (the kill check then follows).
+inline constexpr TimeMs kGraceSlackMs = 2;
 
 // What slurmctld shows of one watched job (the adapter reads it under the
 // job read lock).
@@ -118,6 +120,9 @@ class PreemptionTracker {
   struct RunEnd {
     enum class Kind : uint8_t {
       kNone,            // nothing to change
+      kSlurmEnded,      // Slurm ended the grace itself (a scheduling pass got there
+                        // first): the note's final word is still the plugin's, and
+                        // the victim is watched for its SIGKILL as a graceless one
       kDuplicate,       // the record Slurm writes again when the worker requeues (kRequeue)
       kTreatAsPreempted,
       kFinished,
@@ -126,7 +131,7 @@ class PreemptionTracker {
     Kind kind = Kind::kNone;
     std::optional<PreemptionEvent> event;
   };
-  RunEnd run_ended(uint32_t job_id, RunEndVerdict verdict, bool requeueable);
+  RunEnd run_ended(uint32_t job_id, RunEndVerdict verdict, bool requeueable, TimeMs now_ms);
 
   // --- the worker ---
 

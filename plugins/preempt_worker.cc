@@ -306,14 +306,24 @@ int run_ended(Plugin& p, job_record_t* job) {
   PreemptionTracker::RunEnd r;
   {
     planc::MutexLock l(p.mu);
-    r = p.tracker.run_ended(job->job_id, verdict, requeue);
+    r = p.tracker.run_ended(job->job_id, verdict, requeue, now_ms());
     if (r.kind == RK::kTreatAsPreempted && requeue) p.wake = true;
+    // A scheduling pass ended the grace before the worker: Slurm's SIGTERM
+    // follows, and the worker's SIGKILL if the job outlives it.
+    if (r.kind == RK::kSlurmEnded && job->batch_flag)
+      p.kill_orders[job->job_id] = planc::slurm::job_signal_order(job, SIGKILL);
   }
   if (r.kind == RK::kDuplicate) return kRunEndDuplicate;
   if (r.kind == RK::kNone) return 0;
+  const time_t now = time(nullptr);
+  if (r.kind == RK::kSlurmEnded) {
+    planc::PreemptionOutcome o{
+        requeue ? planc::PreemptionEnd::kRequeued : planc::PreemptionEnd::kCancelled, now, ""};
+    if (r.event) planc::slurm::set_owner_note(job, planc::preemption_note(cfg, *r.event, o));
+    return 0;  // PREEMPTED already: Slurm's state says it all
+  }
   if (r.kind == RK::kTreatAsPreempted && requeue) p.cv.notify_one();
   planc::slurm::set_run_end_state(job, verdict);
-  const time_t now = time(nullptr);
   planc::PreemptionOutcome o{planc::PreemptionEnd::kEndedInGrace, now,
                              planc::describe_wait_status(facts.wait_status)};
   if (r.kind == RK::kFinished) o.end = planc::PreemptionEnd::kFinishedInGrace;

@@ -120,7 +120,7 @@ TEST(PreemptionTrackerTest, NoGraceVictimIsKilledOnlyIfStillDying) {
     t.start(event(kVictim, 0), kT0ms);
     EXPECT_EQ(t.next_due(), kT0ms + kNoGraceKillAfterMs);
     // Slurm's own requeue ran at once: the record it writes is Slurm's.
-    EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true).kind,
+    EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true, kT0ms + 1'000).kind,
               PreemptionTracker::RunEnd::Kind::kNone);
     std::map<uint32_t, JobView> seen = {{kVictim, view(later)}};
     EXPECT_TRUE(t.plan(kT0ms + kNoGraceKillAfterMs - 1, seen).empty());
@@ -134,7 +134,7 @@ TEST(PreemptionTrackerTest, VictimThatEndsInItsGraceIsRequeuedOnce) {
   using RK = PreemptionTracker::RunEnd::Kind;
   PreemptionTracker t(3, 86400);
   t.start(event(), kT0ms);
-  auto r = t.run_ended(kVictim, RunEndVerdict::kTreatAsPreempted, true);
+  auto r = t.run_ended(kVictim, RunEndVerdict::kTreatAsPreempted, true, kT0ms + 1'000);
   EXPECT_EQ(r.kind, RK::kTreatAsPreempted);
   ASSERT_TRUE(r.event);
   EXPECT_EQ(r.event->preemptor_job, kPreemptor);
@@ -145,9 +145,9 @@ TEST(PreemptionTrackerTest, VictimThatEndsInItsGraceIsRequeuedOnce) {
   ASSERT_EQ(kinds(a), std::vector<K>{K::kRequeue});
   t.requeuing(kVictim);
   // Slurm logs the run again while requeueing it: not a second bill.
-  EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true).kind, RK::kDuplicate);
+  EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true, kT0ms + 1'000).kind, RK::kDuplicate);
   t.done(a[0], true);
-  EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true).kind, RK::kNone);
+  EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true, kT0ms + 1'000).kind, RK::kNone);
   EXPECT_TRUE(t.plan(kT0ms + 6'000, {{kVictim, view(S::kPending)}}).empty());
   EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 6), 1u);
 }
@@ -163,12 +163,11 @@ TEST(PreemptionTrackerTest, OtherEndingsInTheGraceNeedNoAction) {
       {RunEndVerdict::kTreatAsPreempted, false, RK::kTreatAsPreempted},
       {RunEndVerdict::kFinished, true, RK::kFinished},
       {RunEndVerdict::kCancelledInGrace, true, RK::kCancelledInGrace},
-      {RunEndVerdict::kNotOurs, true, RK::kNone},
   };
   for (const Case& c : cases) {
     PreemptionTracker t(3, 86400);
     t.start(event(), kT0ms);
-    auto r = t.run_ended(kVictim, c.verdict, c.requeueable);
+    auto r = t.run_ended(kVictim, c.verdict, c.requeueable, kT0ms + 1'000);
     EXPECT_EQ(r.kind, c.kind);
     JobView over = view(S::kFinished, true);
     over.preempted_state = c.kind == RK::kTreatAsPreempted;
@@ -176,6 +175,24 @@ TEST(PreemptionTrackerTest, OtherEndingsInTheGraceNeedNoAction) {
     EXPECT_TRUE(t.plan(kT0ms + 40'000, {{kVictim, over}}).empty());
     EXPECT_FALSE(t.busy());
   }
+}
+
+// A scheduling pass may end the grace before the worker does (Slurm checks
+// the grace's end too): the note is still finished, and the victim killed
+// if it outlives Slurm's SIGTERM.
+TEST(PreemptionTrackerTest, GraceEndedBySlurmFirst) {
+  using RK = PreemptionTracker::RunEnd::Kind;
+  PreemptionTracker t(3, 86400);
+  t.start(event(), kT0ms);
+  auto r = t.run_ended(kVictim, RunEndVerdict::kNotOurs, true, kT0ms + 30'001);
+  EXPECT_EQ(r.kind, RK::kSlurmEnded);
+  ASSERT_TRUE(r.event);
+  EXPECT_EQ(r.event->preemptor_job, kPreemptor);
+  EXPECT_EQ(t.in_grace(), 0u);
+  std::map<uint32_t, JobView> dying = {{kVictim, view(S::kCompleting)}};
+  EXPECT_TRUE(t.plan(kT0ms + 30'001 + kNoGraceKillAfterMs - 1, dying).empty());
+  EXPECT_EQ(kinds(t.plan(kT0ms + 30'001 + kNoGraceKillAfterMs, dying)), std::vector<K>{K::kKill});
+  EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 31), 1u);
 }
 
 // A run that ended on its own during the grace without run_ended() (Slurm's
@@ -226,7 +243,7 @@ TEST(PreemptionTrackerTest, StateFileKeepsGracesAcrossARestart) {
   t.start(event(), kT0ms);                          // in grace
   t.start(event(kVictim + 1, 0), kT0ms);             // no grace: not saved
   t.start(event(kVictim + 2), kT0ms);
-  t.run_ended(kVictim + 2, RunEndVerdict::kTreatAsPreempted, true);  // requeue pending
+  t.run_ended(kVictim + 2, RunEndVerdict::kTreatAsPreempted, true, kT0ms + 1'000);  // requeue pending
   EXPECT_TRUE(t.dirty());
   std::string text = t.serialize();
   EXPECT_FALSE(t.dirty());
