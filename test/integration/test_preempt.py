@@ -157,7 +157,7 @@ def test_p2_preempts_p3_but_not_p2_or_guaranteed(c):
     # With no P3 job left running, another P2 job must wait: P2 does not
     # preempt P2, and never P1.
     p2wait = submit(c, "pcbob", "acct-spot", "p2", 8)
-    time.sleep(15)
+    c.scheduler_looked()
     assert c.state(p2wait) == "PENDING"
     assert [c.state(j) for j in (p1a, p1b, p2a, p2new)] == ["RUNNING"] * 4
     assert first(c, p2a, "SIGTERM") is None and first(c, p2new, "SIGTERM") is None
@@ -185,7 +185,7 @@ def test_guaranteed_tiers_capped_at_80_percent(c):
     p0_25th = submit(c, "pcalice", "acct-lease", "p0", 1)
     c.wait_for("the 25th guaranteed GPU's job to run", lambda: running(c, p0_25th), timeout=60)
     p0_26th = submit(c, "pcalice", "acct-lease", "p0", 1)
-    time.sleep(15)
+    c.scheduler_looked()
     # Over the cap: it waits with the documented reason, although it could
     # preempt the P2 job, which keeps running.
     assert c.state(p0_26th) == "PENDING"
@@ -235,7 +235,7 @@ def test_preemption_cap_survives_restart(small_cluster):
         if n == 2:
             c.ctl("restart-ctld")
     # The 4th time: the victim keeps running, the P0 job waits.
-    time.sleep(15)
+    c.scheduler_looked()
     assert c.state(victim) == "RUNNING"
     assert c.state(p0) == "PENDING"
     log = open(os.path.join(c.dir, "log", "slurmctld.log")).read()

@@ -23,14 +23,13 @@ def c(cluster):
 
 
 class Log:
+    """slurmctld's log from now on."""
+
     def __init__(self, c):
-        self.path = os.path.join(c.dir, "log", "slurmctld.log")
-        self.offset = os.path.getsize(self.path)
+        self.c, self.offset = c, c.log_offset()
 
     def new(self):
-        with open(self.path, errors="replace") as f:
-            f.seek(self.offset)
-            return f.read()
+        return self.c.log_since(self.offset)
 
 
 def submit_bargain(c):

@@ -62,13 +62,22 @@ def admin_comment(c, jobid, user="pcbob"):
 
 
 def log_since(c, offset):
-    with open(os.path.join(c.dir, "log", "slurmctld.log"), errors="replace") as f:
-        f.seek(offset)
-        return f.read()
+    return c.log_since(offset)
 
 
 def log_size(c):
-    return os.path.getsize(os.path.join(c.dir, "log", "slurmctld.log"))
+    return c.log_offset()
+
+
+def scans(c):
+    out = c.run("scontrol", "show", "config", check=True).stdout
+    return int(re.search(r"^\s*ScanCount\s*=\s*(\d+)", out, re.M).group(1))
+
+
+def starvation_scans_ran(c, n=2):
+    """Waits until slurmctld/planc's starvation scan has run n more times."""
+    start = scans(c)
+    c.wait_for(f"{n} starvation scans", lambda: scans(c) >= start + n, timeout=30)
 
 
 def upgraded_and_running(c):
@@ -99,8 +108,9 @@ def test_starved_p3_job_is_upgraded_and_starts_held_and_dependent_are_not(c):
     # slurmdbd's record has the new QoS.
     c.wait_for("sacct to show p2-spot", lambda: c.sacct_field(starved, "QOS") == "p2-spot",
                timeout=30)
-    # Waiting for a reason of their own, the others are never upgraded.
-    time.sleep(6)
+    # Waiting for a reason of their own, the others are never upgraded,
+    # though scans looked at them after they passed the threshold.
+    starvation_scans_ran(c)
     for j, reason in ((held, "JobHeldUser"), (dependent, "Dependency")):
         assert qos(c, j) == "p3-spot", j
         assert c.squeue_field(j, "%r") == reason
@@ -116,7 +126,8 @@ def test_starved_p3_job_is_upgraded_and_starts_held_and_dependent_are_not(c):
     assert MARK.search(admin_comment(c, starved))
     # The attempt ends (here: the owner cancels it after a few seconds of
     # running): its bill has the usage and costs nothing.
-    time.sleep(3)
+    c.wait_for("3 s of running", lambda: c.squeue_field(starved, "%M") not in
+               ("0:00", "0:01", "0:02"), timeout=30)
     c.run("scancel", starved, check=True)
     (bill,) = wait_bills(c, starved, 1)
     print("bill of the free attempt:", bill)
