@@ -10,8 +10,10 @@ import datetime
 import io
 import json
 import os
+import pwd
 import re
 import signal
+import stat
 import subprocess
 import time
 
@@ -361,3 +363,30 @@ def test_job_name_that_is_not_utf8_is_billed_and_billing_goes_on(c):
     assert b["job_name"] == "bad\ufffdname"
     after, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "true", user="pcbob")
     wait_bills(c, after, 1)
+
+
+def test_postgres_log_is_private(c):
+    """PostgreSQL's log quotes failing statements, other users' data in them:
+    only postgres may read it (700 directory, 600 files), as a packaged
+    PostgreSQL keeps /var/log/postgresql."""
+    marker = f"planc-private-{os.getpid()}-{time.time_ns()}"
+    env = {k: v for k, v in c.env.items() if k != "PGUSER"}
+    q = c.run("psql", "-X", "-U", "pcalice", "-c", f"SELECT '{marker}'::int", user="pcalice",
+              env=env)
+    assert q.returncode != 0, "the statement must fail, so that PostgreSQL logs it"
+    logdir = os.path.join(c.dir, "log", "postgresql")
+    log = os.path.join(logdir, "postgres.log")
+    c.wait_for("the failing statement in PostgreSQL's log",
+               lambda: marker in open(log, errors="replace").read())
+    for path, mode in ((logdir, 0o700), (log, 0o600)):
+        st = os.stat(path)
+        assert (stat.S_IMODE(st.st_mode), pwd.getpwuid(st.st_uid).pw_name) == (mode, "postgres"), path
+    peek = c.run("cat", log, user="pcbob")
+    assert peek.returncode != 0 and "Permission denied" in peek.stderr
+    # No other file under the cluster's log directory another user can read
+    # holds it.
+    for root, _, files in os.walk(os.path.join(c.dir, "log")):
+        for f in files:
+            path = os.path.join(root, f)
+            if c.run("test", "-r", path, user="pcbob").returncode == 0:
+                assert marker not in open(path, errors="replace").read(), path
