@@ -390,3 +390,24 @@ def test_postgres_log_is_private(c):
             path = os.path.join(root, f)
             if c.run("test", "-r", path, user="pcbob").returncode == 0:
                 assert marker not in open(path, errors="replace").read(), path
+
+
+def test_scontrol_requeue_bill_says_requeued_like_sacct(c):
+    jobid, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "sleep 300", user="pcbob")
+    assert jobid, p.stderr
+    c.wait_for("the job to run", lambda: c.state(jobid) == "RUNNING", timeout=60)
+    time.sleep(1)  # one billable second at least
+    c.run("scontrol", "requeue", jobid, check=True)
+    (b,) = wait_bills(c, jobid, 1)
+    env = dict(c.env, SLURM_TIME_FORMAT="%s")
+
+    def sacct_state():
+        p = c.run("sacct", "-D", "-X", "-n", "-P", "-j", jobid, "-o", "Start,State", env=env)
+        return dict(l.split("|") for l in p.stdout.splitlines()).get(b["start"])
+    in_sacct = c.wait_for("slurmdbd's record of the requeued run", sacct_state)
+    c.run("scancel", jobid)
+    print("bill:", b, "sacct:", in_sacct)
+    assert (b["segment"], b["state"], in_sacct) == ("0", "REQUEUED", "REQUEUED")
+    # A requeue by an admin is not a preemption: the run is charged.
+    assert int(b["billable_seconds"]) >= 1 and b["zero_reason"] == ""
+    assert [r[4] for r in sacct_c(c, "pcbob", "-j", jobid)] == ["REQUEUED"]
