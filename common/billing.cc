@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cstdio>
 
+#include <sys/wait.h>
+
 namespace planc {
 namespace {
 
@@ -109,16 +111,39 @@ Bill price_segment(const PlancConfig& cfg, const Segment& seg) {
   if (!b.zero_reason.empty()) return b;
 
   // Exact amount in micros = [card_value/1e6 + core_s*core_price +
-  // mem_mib_s*mem_price/1024] / 3600, times permille/1000; in minor units
-  // divide by 1e6/100 more.  One common denominator, one rounding.
-  const i128 den = static_cast<i128>(kMicrosPerUnit) * 1024 * kSecondsPerHour * 1000 *
-                   (kMicrosPerUnit / kMinorPerUnit);
+  // mem_mib_s*mem_price/1024] / 3600, times permille/1000.  One common
+  // denominator, one rounding (to micro-units; see billing.h).
+  const i128 den = static_cast<i128>(kMicrosPerUnit) * 1024 * kSecondsPerHour * 1000;
   i128 num = card_value * 1024 +
              static_cast<i128>(b.core_seconds) * b.core_hour_price * kMicrosPerUnit * 1024 +
              static_cast<i128>(b.mem_mib_seconds) * b.mem_gib_hour_price * kMicrosPerUnit;
   num *= b.price_permille;
-  b.amount_minor = round_half_up(num, den);
+  b.amount_micros = round_half_up(num, den);
+  b.amount_minor = minor_of_micros(b.amount_micros);
+  if (b.amount_micros == 0) {
+    if (!b.card_micro_seconds && !b.core_seconds && !b.mem_mib_seconds)
+      b.zero_reason = "nothing billable allocated: no GPU cards, cores or memory";
+    else if (num == 0)
+      b.zero_reason = "zero price: planc.conf prices (or the tier's PriceFactor) are 0 for what it held";
+    else
+      b.zero_reason = "exact amount below half a micro-unit (0.0000005 " + b.currency + ")";
+  }
   return b;
+}
+
+int64_t minor_of_micros(int64_t micros) {
+  return round_half_up(std::max<int64_t>(micros, 0), kMicrosPerMinor);
+}
+
+ExitCode exit_code_of(uint32_t wait_status) {
+  const int st = static_cast<int>(wait_status);
+  ExitCode e;
+  if (WIFEXITED(st)) e.status = WEXITSTATUS(st);
+  if (WIFSIGNALED(st)) e.signal = WTERMSIG(st);
+  // sacct: a signal wins; an exit status of 128 or more loses 128.
+  uint32_t shown = e.signal ? 0 : e.status >= 128 ? e.status - 128 : e.status;
+  e.text = std::to_string(shown) + ":" + std::to_string(e.signal);
+  return e;
 }
 
 std::vector<HourSlice> split_by_hour(const Bill& bill) {
@@ -133,7 +158,7 @@ std::vector<HourSlice> split_by_hour(const Bill& bill) {
     s.card_micro_seconds = bill.card_micro_seconds;
     s.core_seconds = bill.core_seconds;
     s.mem_mib_seconds = bill.mem_mib_seconds;
-    s.amount_minor = bill.amount_minor;
+    s.amount_micros = bill.amount_micros;
     out.push_back(s);
     return out;
   }
@@ -149,7 +174,7 @@ std::vector<HourSlice> split_by_hour(const Bill& bill) {
     s.card_micro_seconds = share(bill.card_micro_seconds, z) - share(bill.card_micro_seconds, a);
     s.core_seconds = share(bill.core_seconds, z) - share(bill.core_seconds, a);
     s.mem_mib_seconds = share(bill.mem_mib_seconds, z) - share(bill.mem_mib_seconds, a);
-    s.amount_minor = share(bill.amount_minor, z) - share(bill.amount_minor, a);
+    s.amount_micros = share(bill.amount_micros, z) - share(bill.amount_micros, a);
     out.push_back(s);
   }
   return out;
@@ -210,10 +235,10 @@ std::string format_minor(int64_t minor) {
   return buf;
 }
 
-std::string format_card_seconds(int64_t cms) {
+std::string format_micros6(int64_t micros) {
   char buf[48];
-  std::snprintf(buf, sizeof buf, "%lld.%06lld", static_cast<long long>(cms / kMicrosPerUnit),
-                static_cast<long long>(cms % kMicrosPerUnit));
+  std::snprintf(buf, sizeof buf, "%lld.%06lld", static_cast<long long>(micros / kMicrosPerUnit),
+                static_cast<long long>(micros % kMicrosPerUnit));
   return buf;
 }
 
@@ -324,7 +349,7 @@ std::string serialize_segment(const Segment& s) {
   put(body, s.nodes);
   put(body, s.node_count);
   put(body, s.state);
-  put(body, s.exit_code);
+  put(body, s.wait_status);
   put(body, s.job_name);
   put(body, s.tres_req);
   put(body, s.tres_alloc);
@@ -379,7 +404,7 @@ Result<Segment> parse_segment(std::string_view line) {
   s.nodes = f.str(17);
   s.node_count = static_cast<uint32_t>(n[18]);
   s.state = f.str(19);
-  s.exit_code = static_cast<uint32_t>(n[20]);
+  s.wait_status = static_cast<uint32_t>(n[20]);
   s.job_name = f.str(21);
   s.tres_req = f.str(22);
   s.tres_alloc = f.str(23);

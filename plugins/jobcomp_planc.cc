@@ -475,8 +475,8 @@ PLANC_EXPORT List jobcomp_p_get_jobs(slurmdb_job_cond_t* job_cond) {
       j->qos_name = xstrdup(s.qos.c_str());
       j->cluster = xstrdup(s.cluster.c_str());
       if (s.submit_time) j->submit_time = time_str(s.submit_time);
-      j->exit_code = xstrdup_printf("%u:%u", WIFEXITED(s.exit_code) ? WEXITSTATUS(s.exit_code) : 0,
-                                    WIFSIGNALED(s.exit_code) ? WTERMSIG(s.exit_code) : 0);
+      // The same text plain sacct prints for the run (its ExitCode rule).
+      j->exit_code = xstrdup(planc::exit_code_of(s.wait_status).text.c_str());
       list_append(out, j);
     }
     return out;

@@ -215,10 +215,6 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
-std::string minor_str(const std::string& v) {
-  return planc::format_minor(std::strtoll(v.c_str(), nullptr, 10));
-}
-
 // --- list ----------------------------------------------------------------------------
 
 int cmd_list(planc::BillStore& store, const Options& o) {
@@ -230,10 +226,12 @@ int cmd_list(planc::BillStore& store, const Options& o) {
   f.end = o.end;
   auto r = store.query(f);
   if (!r.ok()) die(r.error());
+  // Amount is the bill's exact amount (micro-units, 6 decimals): bills
+  // are summed exactly and rounded per invoice line (see report).
   std::vector<std::string> cols = {"JobID", "Seg", "User", "Account", "Tier", "QOS", "State",
-                                   "Start(UTC)", "End(UTC)", "Seconds", "CardSeconds",
+                                   "ExitCode", "Start(UTC)", "End(UTC)", "Seconds", "CardSeconds",
                                    "CoreSeconds", "Amount", "Currency", "Free"};
-  std::vector<bool> num = {true, true, false, false, false, false, false, false, false,
+  std::vector<bool> num = {true, true, false, false, false, false, false, false, false, false,
                            true, true, true, true, false, false};
   std::vector<std::vector<std::string>> rows;
   for (const planc::Bill& b : r.value()) {
@@ -241,11 +239,12 @@ int cmd_list(planc::BillStore& store, const Options& o) {
     if (b.seg.array_job_id && b.seg.array_task_id != planc::kNoId)
       id = std::to_string(b.seg.array_job_id) + "_" + std::to_string(b.seg.array_task_id);
     rows.push_back({id, std::to_string(b.seg.segment), b.seg.user, b.seg.account, b.tier,
-                     b.seg.qos, b.seg.state, planc::pg_timestamp(b.seg.start_time).substr(0, 19),
+                     b.seg.qos, b.seg.state, planc::exit_code_of(b.seg.wait_status).text,
+                     planc::pg_timestamp(b.seg.start_time).substr(0, 19),
                      planc::pg_timestamp(b.seg.end_time).substr(0, 19),
                      std::to_string(b.billable_seconds),
                      planc::format_card_seconds(b.card_micro_seconds), std::to_string(b.core_seconds),
-                     planc::format_minor(b.amount_minor), b.currency, b.zero_reason});
+                     planc::format_micros6(b.amount_micros), b.currency, b.zero_reason});
   }
   print(cols, num, rows, o.format);
   return 0;
@@ -271,9 +270,12 @@ int cmd_report(planc::BillStore& store, const Options& o) {
     cols.push_back(name);
     num.push_back(false);
   }
+  // Each printed line is one invoice line: its hours' exact micro-unit
+  // amounts are summed, then rounded once, half up, to minor units.  TOTAL
+  // is the sum of the printed lines.
   std::string sql = "SELECT " + select +
                     "sum(segments), round(sum(card_seconds) / 3600, 3), round(sum(core_seconds) / 3600.0, 3),"
-                    " round(sum(mem_gib_seconds) / 3600, 3), sum(amount_minor)"
+                    " round(sum(mem_gib_seconds) / 3600, 3), sum(amount_micros)"
                     " FROM planc.usage_hourly WHERE true";
   std::vector<std::string> params;
   auto any = [&](const char* column, const std::vector<std::string>& v) {
@@ -295,21 +297,25 @@ int cmd_report(planc::BillStore& store, const Options& o) {
   if (!group.empty()) sql += " GROUP BY " + group + " ORDER BY " + group;
   auto r = store.rows(sql, params);
   if (!r.ok()) die(r.error());
-  for (const char* c : {"Segments", "CardHours", "CoreHours", "MemGiBHours", "Amount"}) {
+  for (const char* c : {"Segments", "CardHours", "CoreHours", "MemGiBHours", "AmountExact", "Amount"}) {
     cols.push_back(c);
     num.push_back(true);
   }
   std::vector<std::vector<std::string>> rows = r.value();
-  int64_t total = 0;
+  int64_t total_minor = 0, total_micros = 0;
   for (auto& row : rows) {
-    std::string& amount = row.back();
-    total += std::strtoll(amount.c_str(), nullptr, 10);
-    amount = minor_str(amount);
+    int64_t micros = std::strtoll(row.back().c_str(), nullptr, 10);
+    int64_t minor = planc::minor_of_micros(micros);
+    total_micros += micros;
+    total_minor += minor;
+    row.back() = planc::format_micros6(micros);
+    row.push_back(planc::format_minor(minor));
   }
   if (o.format == "table" && !by.empty()) {
     std::vector<std::string> t(cols.size());
     t[0] = "TOTAL";
-    t.back() = planc::format_minor(total);
+    t[t.size() - 2] = planc::format_micros6(total_micros);
+    t.back() = planc::format_minor(total_minor);
     rows.push_back(t);
   }
   print(cols, num, rows, o.format);
@@ -440,7 +446,7 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
     s.nodes = v[15];
     s.node_count = static_cast<uint32_t>(num(v[16]));
     s.state = state;
-    s.exit_code = 0;
+    s.wait_status = 0;
     s.tres_req = v[19];
     s.tres_alloc = v[20];
     s.cpus = static_cast<uint32_t>(num(v[21]));

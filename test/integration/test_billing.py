@@ -9,6 +9,7 @@ import csv
 import datetime
 import io
 import json
+import math
 import os
 import pwd
 import re
@@ -16,6 +17,7 @@ import signal
 import stat
 import subprocess
 import time
+from fractions import Fraction
 
 import pytest
 
@@ -37,13 +39,23 @@ def psql(c, sql, *params, user="postgres"):
 
 def bills(c, jobid_sql_filter, *params):
     cols = ("job_id,segment,user_name,account,tier,qos,state,cpus,mem_mib,gpu_cards,"
-            "billable_seconds,card_seconds,core_seconds,amount_minor,zero_reason,job_name,"
+            "billable_seconds,card_seconds,core_seconds,amount_minor,amount_micros,zero_reason,"
+            "wait_status,exit_status,exit_signal,exit_code,source,note,job_name,"
             "extract(epoch from start_time)::bigint,extract(epoch from end_time)::bigint")
     rows = psql(c, f"SELECT {cols} FROM planc.bill WHERE {jobid_sql_filter} ORDER BY segment, start_time",
                 *params)
     keys = [k.split(".")[-1].split(" ")[0] for k in cols.split(",")]
     keys[-2:] = ["start", "end"]
     return [dict(zip(keys, r)) for r in rows]
+
+
+def exact_micros(cards, cores, mem_mib, seconds, permille=1000):
+    """The exact amount in micro-CNY at the example's list prices (20.00 per
+    card-hour, 0.10 per core-hour, 0.01 per GiB-hour) and a tier factor,
+    rounded half up once, as common/billing.h does: exact arithmetic."""
+    per_hour = Fraction(cards * 20_000_000 + cores * 100_000) + Fraction(mem_mib * 10_000, 1024)
+    exact = per_hour * seconds * permille / (3600 * 1000)
+    return math.floor(exact + Fraction(1, 2))
 
 
 def wait_bills(c, jobid, n, timeout=60):
@@ -96,9 +108,10 @@ def test_completed_p0_bill_matches_allocation_and_elapsed(c):
     assert float(b["card_seconds"]) == 2 * elapsed
     assert int(b["core_seconds"]) == 3 * elapsed
     # List prices at P0 (x1.0): 20.00/card-hour, 0.10/core-hour, 0.01/GiB-hour,
-    # rounded half up to cents once per bill.
-    exact_cents = (2 * 20.00 + 3 * 0.10 + 3000 / 1024 * 0.01) * elapsed / 3600 * 100
-    assert int(b["amount_minor"]) == int(exact_cents + 0.5), exact_cents
+    # kept exact to a micro-unit (rounded half up once); the bill alone in
+    # cents is that rounded half up.
+    assert int(b["amount_micros"]) == exact_micros(2, 3, 3000, elapsed)
+    assert int(b["amount_minor"]) == (int(b["amount_micros"]) + 5000) // 10000
     assert b["zero_reason"] == ""
     # The owner sees it in sacct -c, with the QoS and state Slurm had.
     rows = sacct_c(c, "pcalice", "-j", jobid)
@@ -130,15 +143,14 @@ def test_p2_preempted_then_completed_has_free_and_charged_segment(small_cluster)
         print("segment:", s)
     first, second = segs[0], segs[1]
     assert (first["segment"], first["state"], first["tier"]) == ("0", "PREEMPTED", "P2")
-    assert int(first["amount_minor"]) == 0
+    assert int(first["amount_micros"]) == 0
     assert first["zero_reason"] == "preempted: unfinished preempted time is not billed"
     assert float(first["card_seconds"]) > 0, "usage is recorded even when free"
     assert (second["segment"], second["state"]) == ("1", "COMPLETED")
-    assert int(second["amount_minor"]) > 0 and second["zero_reason"] == ""
+    assert int(second["amount_micros"]) > 0 and second["zero_reason"] == ""
     # P2 price: 8 cards x 0.35 x 20.00/h (+ 1 core, memory), per second run.
     secs = int(second["billable_seconds"])
-    exact = (8 * 20.00 + 0.10 + int(second["mem_mib"]) / 1024 * 0.01) * 0.35 * secs / 3600 * 100
-    assert int(second["amount_minor"]) == int(exact + 0.5)
+    assert int(second["amount_micros"]) == exact_micros(8, 1, int(second["mem_mib"]), secs, 350)
     # The owner sees both runs in sacct -c, the preempted one first.
     rows = sacct_c(c, "pcbob", "-j", victim)
     assert [r[4] for r in rows] == ["PREEMPTED", "COMPLETED"], rows
@@ -146,8 +158,9 @@ def test_p2_preempted_then_completed_has_free_and_charged_segment(small_cluster)
     out = bill_tool(c, "list", "-j", victim, "--format", "csv", user="pcbob")
     assert out.returncode == 0, out.stderr
     listed = list(csv.DictReader(io.StringIO(out.stdout)))
-    assert [(r["State"], r["Amount"] == "0.00") for r in listed] == \
+    assert [(r["State"], float(r["Amount"]) == 0) for r in listed] == \
         [("PREEMPTED", True), ("COMPLETED", False)]
+    assert listed[1]["Amount"] == "%d.%06d" % divmod(int(second["amount_micros"]), 10**6)
     assert listed[0]["Free"].startswith("preempted")
     c.cancel_all()
 
@@ -322,11 +335,19 @@ def test_report_totals_by_account_user_tier_and_hour(c):
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert rows and {r["User"] for r in rows} == {"pcbob"}
-    (sum_amount,) = psql(c, "SELECT sum(amount_minor) FROM planc.bill WHERE user_name = 'pcbob'")
-    assert round(sum(r["Amount"] for r in rows) * 100) == int(sum_amount[0])
+    # Each line is the exact sum of its bills, rounded once to cents.
+    exact = {(a, t): int(m) for a, t, m in psql(
+        c, "SELECT account, tier, sum(amount_micros) FROM planc.bill WHERE user_name = 'pcbob'"
+           " GROUP BY account, tier")}
+    assert {(r["Account"], r["Tier"]): (round(r["AmountExact"] * 10**6), round(r["Amount"] * 100))
+            for r in rows} == {k: (m, (m + 5000) // 10000) for k, m in exact.items()}
     table = bill_tool(c, "report", "--by", "day,tier", user="pcbob")
     assert table.returncode == 0 and "TOTAL" in table.stdout, table.stderr
     print(table.stdout)
+    # TOTAL is the sum of the printed (rounded) lines, as on an invoice.
+    lines = [l.split() for l in table.stdout.splitlines()[2:]]
+    assert lines[-1][0] == "TOTAL"
+    assert sum(round(float(l[-1]) * 100) for l in lines[:-1]) == round(float(lines[-1][-1]) * 100)
     bad = bill_tool(c, "report", "--by", "planet", user="pcbob")
     assert bad.returncode != 0 and "--by 'planet': use account, user, tier, day or hour" in bad.stderr
 
@@ -409,5 +430,129 @@ def test_scontrol_requeue_bill_says_requeued_like_sacct(c):
     print("bill:", b, "sacct:", in_sacct)
     assert (b["segment"], b["state"], in_sacct) == ("0", "REQUEUED", "REQUEUED")
     # A requeue by an admin is not a preemption: the run is charged.
-    assert int(b["billable_seconds"]) >= 1 and b["zero_reason"] == ""
+    assert int(b["billable_seconds"]) >= 1 and int(b["amount_micros"]) > 0 and b["zero_reason"] == ""
     assert [r[4] for r in sacct_c(c, "pcbob", "-j", jobid)] == ["REQUEUED"]
+
+
+def test_exit_codes_in_bills_are_what_sacct_shows(c):
+    exited, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "exit 143", user="pcbob")
+    killed, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "kill -9 $$", user="pcbob")
+    assert exited and killed
+    env = {k: v for k, v in c.env.items() if k != "PGUSER"}
+    # wait status, WEXITSTATUS, WTERMSIG, sacct's ExitCode
+    for jobid, want in ((exited, ("36608", "143", "0", "15:0")), (killed, ("9", "0", "9", "0:9"))):
+        (b,) = wait_bills(c, jobid, 1)
+        shown = c.wait_for("sacct's ExitCode", lambda: c.sacct_field(jobid, "ExitCode") or None)
+        print(jobid, "bill:", [b[k] for k in ("wait_status", "exit_status", "exit_signal",
+                                              "exit_code")], "sacct:", shown)
+        assert shown == want[3]
+        assert (b["wait_status"], b["exit_status"], b["exit_signal"], b["exit_code"]) == want
+        # sacct -c (the bills) prints the same ExitCode as plain sacct.
+        p = c.run("sacct", "-c", "-n", "-P", "-j", jobid, "-o", "ExitCode", user="pcbob", env=env)
+        assert p.stdout.strip() == shown, p.stderr
+        out = bill_tool(c, "list", "-j", jobid, "--format", "json", user="pcbob")
+        assert [r["ExitCode"] for r in json.loads(out.stdout)] == [shown]
+
+
+def hour_slices(start, end, micros):
+    """planc's split of a bill over clock hours (common/billing.h): floor
+    rule, so the slices add up to the bill."""
+    wall, h = end - start, start - start % 3600
+    if wall <= 0:
+        return {h: micros}
+    out = {}
+    while h < end:
+        a, z = max(h, start) - start, min(h + 3600, end) - start
+        out[h] = micros * z // wall - micros * a // wall
+        h += 3600
+    return out
+
+
+def test_short_runs_are_billed_exactly_and_rounded_once_per_invoice_line(c):
+    """40 one-second P3 runs on one GPU: each bill is about 0.002-0.004 CNY.
+    Rounded per bill to fen they were all 0.00; the report sums the exact
+    amounts and rounds each line once."""
+    t0 = int(time.time())
+    jobid, p = c.sbatch("-A", "acct-nodefault", "--qos=p3-spot", "--gres=gpu:1", "--array=0-39%20",
+                        "--wrap", "sleep 1", user="pccarol")
+    assert jobid, p.stderr
+    all_done(c, jobid, "40 short runs to finish")
+    rows = c.wait_for("40 bills", lambda: (lambda r: r if len(r) >= 40 else None)(psql(
+        c, "SELECT amount_micros, amount_minor, zero_reason, billable_seconds FROM planc.bill"
+           " WHERE array_job_id = :'p0' AND state = 'COMPLETED'", jobid)), timeout=120)
+    micros = sum(int(r[0]) for r in rows)
+    per_bill_cents = sum(int(r[1]) for r in rows)
+    print(f"{len(rows)} bills: exact {micros} micro-CNY; rounded per bill {per_bill_cents} fen")
+    assert all(int(r[0]) > 0 and r[2] == "" for r in rows if int(r[3]) > 0)
+    assert all(r[2] != "" for r in rows if int(r[0]) == 0), "a zero bill says why"
+    assert per_bill_cents < (micros + 5000) // 10000, "rounding per bill would lose money"
+    # No bill anywhere is 0 without a reason.
+    assert psql(c, "SELECT count(*) FROM planc.bill WHERE amount_micros = 0 AND zero_reason = ''") \
+        == [["0"]]
+    # The report's lines: one per hour, each the exact sum rounded once.
+    h0, end = t0 - t0 % 3600, int(time.time()) + 1
+    expected = {}
+    for start, stop, m in psql(
+            c, "SELECT extract(epoch FROM start_time)::bigint, extract(epoch FROM end_time)::bigint,"
+               " amount_micros FROM planc.bill WHERE user_name = 'pccarol'"
+               " AND account = 'acct-nodefault' AND tier = 'P3'"
+               " AND end_time >= to_timestamp(:'p0')", h0):
+        for h, part in hour_slices(int(start), int(stop), int(m)).items():
+            if h0 <= h < end:
+                expected[h] = expected.get(h, 0) + part
+    out = bill_tool(c, "report", "--by", "account,user,tier,hour", "-u", "pccarol", "-A",
+                    "acct-nodefault", "-S", str(h0), "-E", str(end), "--format", "json",
+                    user="pccarol")
+    assert out.returncode == 0, out.stderr
+    lines = [l for l in json.loads(out.stdout) if l["Tier"] == "P3"]
+    print(lines)
+    got = {l["Hour(UTC)"]: (round(l["AmountExact"] * 10**6), round(l["Amount"] * 100))
+           for l in lines}
+    want = {time.strftime("%Y-%m-%dT%H:00", time.gmtime(h)): (m, (m + 5000) // 10000)
+            for h, m in expected.items()}
+    assert got == want
+
+
+def test_migration_0002_backfills_bills_stored_before_it(c):
+    """Bills and hourly rows written under schema 0001 get the exit columns
+    and micro-unit amounts; a zero bill gets its reason."""
+    db = "planc_migration_test"
+    sql = os.path.join(ROOT, "sql")
+
+    def run(*args, **kw):
+        p = subprocess.run(["psql", "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-U", "postgres",
+                            *args], capture_output=True, text=True, env=c.env, timeout=120, **kw)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+    run("-d", "postgres", "-c", f"DROP DATABASE IF EXISTS {db}")
+    run("-d", "postgres", "-c", f"CREATE DATABASE {db}")
+    try:
+        run("-d", db, "-1", "-f", os.path.join(sql, "0001_billing.sql"))
+        row = ("'planc', {id}, to_timestamp({id}), to_timestamp({id} + 10), 0, NULL, NULL, NULL,"
+               " NULL, NULL, 1, 'u', 'a', 'P3', 'p3-spot', 'gpu', 'gpu1', 1, 'FAILED', {ec}, 'j',"
+               " '', '', 1, 100, 1, '', 10, 10, 10, 1, 'CNY', 20, 0.1, 0.01, 0.4, {amount}, '',"
+               " '', '', 'jobcomp'")
+        run("-d", db, "-c", "INSERT INTO planc.bill VALUES (" + row.format(id=1, ec=36608, amount=5)
+            + "), (" + row.format(id=2, ec=9, amount=0) + ");"
+            " INSERT INTO planc.usage_hourly VALUES (to_timestamp(0), 'planc', 'a', 'u', 'P3',"
+            " 20, 20, 2, 5, 2)")
+        run("-d", db, "-1", "-f", os.path.join(sql, "0002_exact_amounts_exit_codes.sql"))
+        got = run("-d", db, "-F", "|", "-c",
+                  "SELECT job_id, wait_status, exit_status, exit_signal, exit_code, amount_micros,"
+                  " amount_minor, zero_reason <> '', note <> '' FROM planc.bill ORDER BY job_id")
+        assert got.split() == ["1|36608|143|0|15:0|50000|5|f|t", "2|9|0|9|0:9|0|0|t|f"]
+        # Hourly rows: micro-units kept, cents rounded once from them.
+        run("-d", db, "-c", "INSERT INTO planc.usage_hourly (hour, cluster, account, user_name,"
+            " tier, card_seconds, core_seconds, mem_gib_seconds, amount_micros, segments) VALUES"
+            " (to_timestamp(3600), 'planc', 'a', 'u', 'P3', 0, 0, 0, 14999, 3),"
+            " (to_timestamp(7200), 'planc', 'a', 'u', 'P3', 0, 0, 0, 15000, 3)")
+        got = run("-d", db, "-F", "|", "-c", "SELECT amount_micros, amount_minor FROM"
+                  " planc.usage_hourly ORDER BY hour")
+        assert got.split() == ["50000|5", "14999|1", "15000|2"]
+        # A zero bill without a reason is refused from now on.
+        bad = subprocess.run(["psql", "-X", "-U", "postgres", "-d", db, "-c",
+                              "UPDATE planc.bill SET zero_reason = '' WHERE job_id = 2"],
+                             capture_output=True, text=True, env=c.env, timeout=60)
+        assert bad.returncode != 0 and "bill_zero_has_reason" in bad.stderr
+    finally:
+        run("-d", "postgres", "-c", f"DROP DATABASE IF EXISTS {db}")
