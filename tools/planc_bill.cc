@@ -1,6 +1,7 @@
 // planc-bill: read Plan C bills, reconcile them with slurmdbd, manage who
 // may read them.  Talks to PostgreSQL as the user who runs it (row-level
-// security decides what that user sees), and to slurmdbd through sacct.
+// security decides what that user sees), to slurmdbd through libslurmdb
+// (tools/slurmdbd_runs.h), and to sacctmgr for the role list.
 #include <getopt.h>
 #include <libpq-fe.h>
 #include <pwd.h>
@@ -21,7 +22,7 @@
 #include "common/bill_store.h"
 #include "common/billing.h"
 #include "common/config.h"
-#include "common/job_marks.h"
+#include "tools/slurmdbd_runs.h"
 
 namespace {
 
@@ -34,7 +35,8 @@ const char* kUsage =
     "            totals from the hourly table; KEYS: any of account,user,tier,day,hour\n"
     "            (comma-separated; default account,user,tier)\n"
     "  reconcile -S START -E END [--fill] [--planc-conf FILE]\n"
-    "            compares slurmdbd's run segments (sacct --duplicates) with the bills;\n"
+    "            compares slurmdbd's run segments (every run of every job, read\n"
+    "            through libslurmdb) with the bills;\n"
     "            --fill writes a bill for each missing one (as the writer role,\n"
     "            e.g. --db 'dbname=planc user=slurm' run by SlurmUser)\n"
     "  sync-roles [--writer ROLE]\n"
@@ -337,7 +339,6 @@ std::string run(const std::vector<std::string>& argv) {
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    setenv("SLURM_TIME_FORMAT", "%s", 1);
     execvp(args[0], args.data());
     std::perror(args[0]);
     _exit(127);
@@ -354,17 +355,11 @@ std::string run(const std::vector<std::string>& argv) {
   return out;
 }
 
-uint64_t mem_mib(const std::string& v) {
-  char* end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
-  switch (end && *end ? *end : 'M') {
-    case 'K': return static_cast<uint64_t>(x / 1024);
-    case 'G': return static_cast<uint64_t>(x * 1024);
-    case 'T': return static_cast<uint64_t>(x * 1024 * 1024);
-    default: return static_cast<uint64_t>(x);
-  }
-}
-
+// slurmdbd's runs are read through libslurmdb (tools/slurmdbd_runs.h), as
+// structured records: a job name is data, never a place where a record
+// could end or a field begin.  A run counts as billed when a bill has its
+// key (cluster, job id, start time); only runs slurmdbd returned for this
+// query are listed or filled.
 int cmd_reconcile(planc::BillStore& store, const Options& o) {
   if (!o.start || !o.end) die("reconcile needs -S and -E");
   std::string conf = o.planc_conf;
@@ -374,107 +369,26 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
   }
   auto cfg = planc::load_config(conf);
   if (!cfg.ok()) die(cfg.error());
-  const char sep = '\x1f';
-  const std::vector<std::string> fields = {
-      "JobIDRaw", "Cluster", "JobID", "", "", "", "Submit",
-      "Start", "End", "Suspended", "UID", "User", "Account", "QOS", "Partition", "NodeList",
-      "NNodes", "State", "ExitCode", "ReqTRES", "AllocTRES", "AllocCPUS", "AdminComment", "JobName"};
-  // Array and het identity come from the formatted JobID (123_4, 123+1);
-  // the empty names keep the field numbers of the list below.
-  std::string fmt;
-  size_t printed = 0;
-  for (const auto& f : fields) {
-    if (f.empty()) continue;
-    fmt += (fmt.empty() ? "" : ",") + f;
-    printed++;
-  }
-  auto local = [](int64_t t) {  // sacct reads local time
-    time_t tt = static_cast<time_t>(t);
-    struct tm tm;
-    localtime_r(&tt, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    return std::string(buf);
-  };
-  std::string out = run({"sacct", "--duplicates", "-X", "-a", "-n", "-P", "--delimiter", std::string(1, sep),
-                         "-S", local(o.start), "-E", local(o.end), "-o", fmt});
-  std::map<uint32_t, uint32_t> seg_no;
+  auto site = planc::load_slurm_site();
+  if (!site.ok()) die(site.error());
+  auto got = planc::slurmdbd_runs(site.value().cluster, o.start, o.end);
+  if (!got.ok()) die(got.error());
   std::vector<planc::Bill> runs;
-  size_t segments = 0;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<std::string> got = split(line, sep);
-    if (got.size() != printed) continue;
-    std::vector<std::string> v(got.begin(), got.begin() + 3);
-    v.insert(v.end(), 3, "");
-    v.insert(v.end(), got.begin() + 3, got.end());
-    auto num = [](const std::string& s) { return std::strtoll(s.c_str(), nullptr, 10); };
-    std::string state = v[17].substr(0, v[17].find(' '));
-    int64_t start = num(v[7]), end = num(v[8]);
-    // Only runs that ended: not pending, not still running, not never-run.
-    if (!start || !end || state == "RUNNING" || state == "PENDING" || end < start) continue;
-    planc::Segment s;
-    s.job_id = static_cast<uint32_t>(num(v[0]));
-    s.segment = seg_no[s.job_id]++;
-    s.cluster = v[1];
-    s.start_time = start;
-    s.end_time = end;
-    segments++;
-    if (size_t u = v[2].find('_'); u != std::string::npos && v[2].find('[') == std::string::npos) {
-      s.array_job_id = static_cast<uint32_t>(num(v[2].substr(0, u)));
-      s.array_task_id = static_cast<uint32_t>(num(v[2].substr(u + 1)));
-    }
-    if (size_t p = v[2].find('+'); p != std::string::npos) {
-      s.het_job_id = static_cast<uint32_t>(num(v[2].substr(0, p)));
-      s.het_job_offset = static_cast<uint32_t>(num(v[2].substr(p + 1)));
-    }
-    s.submit_time = num(v[6]);
-    // Suspended is [DD-]HH:MM:SS.
-    {
-      int d = 0, h = 0, m = 0, sec = 0;
-      if (std::sscanf(v[9].c_str(), "%d-%d:%d:%d", &d, &h, &m, &sec) == 4)
-        s.suspended_seconds = ((d * 24 + h) * 60 + m) * 60 + sec;
-      else if (std::sscanf(v[9].c_str(), "%d:%d:%d", &h, &m, &sec) == 3)
-        s.suspended_seconds = (h * 60 + m) * 60 + sec;
-    }
-    s.uid = static_cast<uint32_t>(num(v[10]));
-    s.user = v[11];
-    s.account = v[12];
-    s.qos = v[13];
-    s.partition = v[14];
-    s.nodes = v[15];
-    s.node_count = static_cast<uint32_t>(num(v[16]));
-    s.state = state;
-    s.wait_status = 0;
-    s.tres_req = v[19];
-    s.tres_alloc = v[20];
-    s.cpus = static_cast<uint32_t>(num(v[21]));
-    s.admin_comment = v[22];
-    s.free_attempt = planc::has_free_attempt_mark(s.admin_comment);
-    s.job_name = v[23];
-    for (const std::string& kv : split(v[20], ',')) {
-      size_t eq = kv.find('=');
-      if (eq == std::string::npos) continue;
-      std::string k = kv.substr(0, eq), val = kv.substr(eq + 1);
-      if (k == "mem") s.mem_mib = mem_mib(val);
-      if (k.rfind("gres/", 0) == 0) {
-        std::vector<std::string> parts = split(k.substr(5), ':');
-        planc::GresUse g{parts[0], parts.size() > 1 ? parts[1] : "",
-                         static_cast<uint64_t>(std::strtoull(val.c_str(), nullptr, 10))};
-        // An untyped total and typed ones both appear: keep the typed ones.
-        bool typed_later = parts.size() == 1 && v[20].find("gres/" + parts[0] + ":") != std::string::npos;
-        if (!typed_later) s.gres.push_back(g);
-      }
-    }
+  std::set<uint32_t> job_ids;
+  for (planc::Segment& s : got.value()) {
+    job_ids.insert(s.job_id);
+    planc::make_text_valid_utf8(&s);
     planc::Bill b = planc::price_segment(cfg.value(), s);
     b.note += "filled by planc-bill reconcile from slurmdbd; ";
+    if (s.job_name.find('?') != std::string::npos)
+      b.note += "job name as slurmdbd stored it: slurmdbd keeps a '?' for each character its "
+                "database cannot hold (outside Latin-1, e.g. CJK); ";
     runs.push_back(std::move(b));
   }
-  // The bills of those jobs, by job id rather than by time: sacct selects
-  // jobs eligible in the window, which may have started after it.
+  // The bills of those jobs, by job id rather than by time: slurmdbd
+  // selects jobs eligible in the window, which may have started after it.
   planc::BillFilter f;
-  for (const auto& [id, n] : seg_no) f.job_ids.push_back(id);
+  f.job_ids.assign(job_ids.begin(), job_ids.end());
   std::set<std::tuple<std::string, uint32_t, int64_t>> keys;
   if (!f.job_ids.empty()) {
     auto have = store.query(f);
@@ -485,12 +399,12 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
   for (planc::Bill& b : runs)
     if (!keys.count({b.seg.cluster, b.seg.job_id, b.seg.start_time})) missing.push_back(std::move(b));
   std::cout << "reconcile " << planc::pg_timestamp(o.start) << " .. " << planc::pg_timestamp(o.end)
-            << ": " << segments << " run segment(s) in slurmdbd, " << missing.size()
+            << ": " << runs.size() << " run segment(s) in slurmdbd, " << missing.size()
             << " without a bill\n";
   for (const auto& b : missing)
     std::cout << "  missing: job " << b.seg.job_id << " start " << planc::pg_timestamp(b.seg.start_time)
               << " " << b.seg.state << " user " << b.seg.user << " account " << b.seg.account
-              << " amount " << planc::format_minor(b.amount_minor) << "\n";
+              << " amount " << planc::format_micros6(b.amount_micros) << "\n";
   if (o.fill && !missing.empty()) {
     auto r = store.write(missing, "reconcile");
     if (!r.ok()) die(r.error());

@@ -454,6 +454,86 @@ def test_exit_codes_in_bills_are_what_sacct_shows(c):
         assert [r["ExitCode"] for r in json.loads(out.stdout)] == [shown]
 
 
+def bills_raw(c, jobids):
+    """Bills of `jobids` keyed by job id; the job name hex-encoded, since it
+    may hold newlines and the field separator."""
+    rows = psql(c, "SELECT job_id, user_name, account, source, state, wait_status, exit_code,"
+                   " amount_micros, note, encode(convert_to(job_name, 'UTF8'), 'hex')"
+                   " FROM planc.bill WHERE job_id = ANY(string_to_array(:'p0', ',')::bigint[])",
+                ",".join(jobids))
+    keys = ("job_id", "user_name", "account", "source", "state", "wait_status", "exit_code",
+            "amount_micros", "note", "job_name")
+    out = {}
+    for r in rows:
+        b = dict(zip(keys, r))
+        b["job_name"] = bytes.fromhex(b["job_name"]).decode()
+        out[b["job_id"]] = b
+    return out
+
+
+def test_reconcile_reads_records_not_text_a_crafted_name_forges_nothing(c):
+    """A job name can hold a newline and sacct's delimiter.  Once (text
+    read from `sacct -P`) the name below planted a bill for pcalice, and a
+    \\x1f in a name hid its run from reconcile.  Reconcile reads slurmdbd's
+    records through libslurmdb: only real runs, with their real owners."""
+    t0 = int(time.time()) - 5
+    now = int(time.time())
+    alice = pwd.getpwnam("pcalice").pw_uid
+    tres = "billing=8,cpu=8,gres/gpu=8,mem=8G,node=1"
+    # The fields reconcile used to ask sacct for, in its order: a whole
+    # record of pcalice's (P0, 8 GPUs, 3,540 s), after a newline.
+    forged = "\x1f".join(["990001", "planc", "990001", str(now - 3600), str(now - 3600),
+                          str(now - 60), "00:00:00", str(alice), "pcalice", "acct-lease",
+                          "p0-lease", "gpu", "gpu1", "1", "COMPLETED", "0:0", tres, tres, "8", "",
+                          "forged"])
+    names = ["x\n" + forged, "a\x1fb\x1fc", "naïve 名字 run"]
+    jobs = {}
+    for name in names:
+        jobid, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "-J", name, "--wrap", "exit 3",
+                            user="pcbob")
+        assert jobid, p.stderr
+        jobs[jobid] = name
+    c.wait_for("jobcomp's bills", lambda: len(bills_raw(c, jobs)) == 3)
+    c.wait_for("slurmdbd to record the runs' ends", lambda: all(
+        c.sacct_field(j, "State") == "FAILED" for j in jobs), timeout=60)
+    # The bills are lost (as after a damaged spool line): reconcile must
+    # find all three runs.
+    psql(c, "DELETE FROM planc.bill WHERE job_id = ANY(string_to_array(:'p0', ',')::bigint[])",
+         ",".join(jobs))
+    window = ("-S", str(t0), "-E", str(int(time.time()) + 5))
+    r = bill_tool(c, "reconcile", *window)
+    print(r.stdout, r.stderr)
+    missing = re.findall(r"missing: job (\d+) start \S+ \S+ (\S+) user (\S+) account (\S+)",
+                         r.stdout)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert sorted(m[0] for m in missing) == sorted(jobs), "every run found, none forged or hidden"
+    assert {(m[1], m[2], m[3]) for m in missing} == {("FAILED", "pcbob", "acct-spot")}
+    assert "990001" not in r.stdout and "pcalice" not in r.stdout
+    fill = bill_tool(c, "reconcile", *window, "--fill")
+    print(fill.stdout, fill.stderr)
+    assert fill.returncode == 0 and "filled 3 bill(s)" in fill.stdout, fill.stdout + fill.stderr
+    (forged_rows,) = psql(c, "SELECT count(*) FROM planc.bill WHERE job_id = 990001"
+                             " OR (source = 'reconcile' AND user_name <> 'pcbob'"
+                             "     AND recorded_at >= to_timestamp(:'p0'))", t0)
+    assert forged_rows == ["0"], "nothing filled for anyone but the runs' owner"
+    filled = bills_raw(c, jobs)
+    assert sorted(filled) == sorted(jobs)
+    for jobid, name in jobs.items():
+        b = filled[jobid]
+        assert (b["user_name"], b["account"], b["source"], b["state"]) == \
+            ("pcbob", "acct-spot", "reconcile", "FAILED")
+        # The exit code, as sacct shows it, and the whole name.
+        assert (b["wait_status"], b["exit_code"]) == ("768", c.sacct_field(jobid, "ExitCode"))
+        assert b["exit_code"] == "3:0"
+        if name.isascii():
+            assert b["job_name"] == name
+            assert "'?'" not in b["note"]
+        else:
+            # slurmdbd keeps Latin-1 and turns the rest into '?'; the note says so.
+            assert b["job_name"] == "naïve ?? run"
+            assert "slurmdbd keeps a '?' for each character its database cannot hold" in b["note"]
+
+
 def hour_slices(start, end, micros):
     """planc's split of a bill over clock hours (common/billing.h): floor
     rule, so the slices add up to the bill."""
