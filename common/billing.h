@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/record.h"
 #include "common/result.h"
 
 namespace planc {
@@ -177,21 +178,13 @@ inline std::string format_card_seconds(int64_t card_micro_seconds) {
   return format_micros6(card_micro_seconds);
 }
 
-// Appends `v` with backslash, tab, newline and carriage return escaped as
-// \\ \t \n \r: the spool's field encoding, and PostgreSQL COPY's text format.
-void append_escaped(std::string& out, std::string_view v);
-
 // Replaces bytes that are not valid UTF-8 with U+FFFD in the segment's text
 // fields: Slurm accepts any bytes in a job name, PostgreSQL (UTF8) does not,
 // and one such name must not stop billing.
 void make_text_valid_utf8(Segment* seg);
 
-// The spool's record format: one line per segment, fields separated by
-// tabs with \\, \t, \n and \r escaped, a version first and a CRC-32 of the
-// rest last, so a torn or corrupt line is recognised, never misread.
+// The spool's record format: one line per segment (common/record.h).
 std::string serialize_segment(const Segment& seg);
-// The CRC-32 (IEEE) each record ends with, as 8 hex digits.
-uint32_t record_crc32(std::string_view s);
 Result<Segment> parse_segment(std::string_view line);
 
 }  // namespace planc

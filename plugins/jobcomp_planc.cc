@@ -83,17 +83,6 @@ std::string g_conninfo;          // GUARDED_BY(g_mu)
 bool g_stop = false;             // GUARDED_BY(g_mu)
 std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
-// Appends one record; on failure cuts the file back to where it was, so a
-// partial record cannot glue itself to the next one.
-bool append_record(int fd, const std::string& line) {
-  off_t at = lseek(fd, 0, SEEK_END);
-  if (planc::write_all(fd, line)) return true;
-  int saved = errno;
-  if (at >= 0 && ftruncate(fd, at) != 0) { /* the CRC still rejects the fragment */ }
-  errno = saved;
-  return false;
-}
-
 std::string spool_path(uint64_t seq) {
   char name[32];
   std::snprintf(name, sizeof name, "%012llu.spool", static_cast<unsigned long long>(seq));
@@ -159,7 +148,7 @@ uint64_t rotate() {
   // Records whose write failed earlier (disk full) go to the closed file.
   size_t lost = 0;
   for (const std::string& line : retry) {
-    if (append_record(old, line)) continue;
+    if (planc::append_record(old, line)) continue;
     std::lock_guard<std::mutex> l(g_spool_mu);
     g_unwritten.push_back(line);
     lost++;
@@ -392,7 +381,7 @@ PLANC_EXPORT int fini(void) {
     std::lock_guard<std::mutex> l(g_spool_mu);
     if (g_fd >= 0) {
       for (const std::string& line : g_unwritten)
-        if (!append_record(g_fd, line)) error("%s: a segment could not be spooled at shutdown: %m", plugin_type);
+        if (!planc::append_record(g_fd, line)) error("%s: a segment could not be spooled at shutdown: %m", plugin_type);
       fsync(g_fd);
       close(g_fd);
       g_fd = -1;
@@ -423,7 +412,7 @@ PLANC_EXPORT int jobcomp_p_log_record(job_record_t* job) {
     }
     std::string line = planc::serialize_segment(seg);
     std::lock_guard<std::mutex> l(g_spool_mu);
-    if (g_fd >= 0 && g_unwritten.empty() && append_record(g_fd, line)) {
+    if (g_fd >= 0 && g_unwritten.empty() && planc::append_record(g_fd, line)) {
       g_bytes += line.size();
       return SLURM_SUCCESS;
     }
