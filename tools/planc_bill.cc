@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
@@ -22,6 +23,7 @@
 #include "common/bill_store.h"
 #include "common/billing.h"
 #include "common/config.h"
+#include "common/run_journal.h"
 #include "tools/slurmdbd_runs.h"
 
 namespace {
@@ -34,11 +36,14 @@ const char* kUsage =
     "  report    [-S START] [-E END] [-u USER] [-A ACCOUNT] [--by KEYS] [--format ...]\n"
     "            totals from the hourly table; KEYS: any of account,user,tier,day,hour\n"
     "            (comma-separated; default account,user,tier)\n"
-    "  reconcile -S START -E END [--fill] [--planc-conf FILE]\n"
+    "  reconcile -S START -E END [--fill] [--planc-conf FILE] [--journal DIR]\n"
     "            compares slurmdbd's run segments (every run of every job, read\n"
     "            through libslurmdb) with the bills;\n"
     "            --fill writes a bill for each missing one (as the writer role,\n"
-    "            e.g. --db 'dbname=planc user=slurm' run by SlurmUser)\n"
+    "            e.g. --db 'dbname=planc user=slurm' run by SlurmUser);\n"
+    "            then lists run starts in slurmctld/planc's journal (default\n"
+    "            StateSaveLocation/planc_starts) known to neither\n"
+    "            exit 3: something is missing or unrecorded\n"
     "  sync-roles [--writer ROLE]\n"
     "            creates a PostgreSQL login role for every Slurm user (planc_reader),\n"
     "            admins (planc_admin), the writer (slurmctld's user, planc_writer) and\n"
@@ -176,6 +181,7 @@ struct Options {
   std::string format = "table";
   bool fill = false;
   std::string planc_conf;
+  std::string journal;
   std::string writer;
 };
 
@@ -189,6 +195,7 @@ Options parse_options(int argc, char** argv) {
       {"format", required_argument, nullptr, 'f'},  {"by", required_argument, nullptr, 'b'},
       {"fill", no_argument, nullptr, 'F'},          {"planc-conf", required_argument, nullptr, 'c'},
       {"writer", required_argument, nullptr, 'w'},  {"help", no_argument, nullptr, 'h'},
+      {"journal", required_argument, nullptr, 'J'},
       {nullptr, 0, nullptr, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "d:S:E:u:A:j:f:b:h", longopts, nullptr)) != -1) {
@@ -210,6 +217,7 @@ Options parse_options(int argc, char** argv) {
       case 'F': o.fill = true; break;
       case 'c': o.planc_conf = optarg; break;
       case 'w': o.writer = optarg; break;
+      case 'J': o.journal = optarg; break;
       case 'h': std::cout << kUsage; std::exit(0);
       default: std::cerr << kUsage; std::exit(2);
     }
@@ -355,6 +363,42 @@ std::string run(const std::vector<std::string>& argv) {
   return out;
 }
 
+// slurmctld fills in a job's user name lazily: a journal record may carry
+// only the uid.
+std::string user_name_of(uint32_t uid, const std::string& recorded) {
+  if (!recorded.empty()) return recorded;
+  if (struct passwd* pw = getpwuid(uid)) return pw->pw_name;
+  return std::to_string(uid);
+}
+
+// How long after its start a run may still be missing from slurmdbd
+// without anything being wrong (slurmctld tells slurmdbd asynchronously).
+constexpr int64_t kJournalSettleSeconds = 60;
+
+// The journal's records for [start, end] from the day files in `dir`.  A
+// directory that cannot be read is said and skipped: the check of starts
+// is then not made.
+planc::JournalRead read_journal_dir(const std::string& dir, int64_t start, int64_t end) {
+  planc::JournalRead all;
+  bool any = false;
+  for (const std::string& name : planc::journal_files_for(start, end)) {
+    std::ifstream in(dir + "/" + name, std::ios::binary);
+    if (!in) continue;
+    any = true;
+    std::ostringstream text;
+    text << in.rdbuf();
+    planc::JournalRead r = planc::read_journal(text.str());
+    all.damaged += r.damaged;
+    for (planc::Segment& s : r.starts)
+      if (s.start_time >= start && s.start_time <= end) all.starts.push_back(std::move(s));
+  }
+  if (!any)
+    std::cerr << "planc-bill: no run-start journal for the window in " << dir
+              << " (slurmctld/planc writes it; run reconcile on the controller's host, or pass "
+                 "--journal DIR): starts unknown to both the bills and slurmdbd are not checked\n";
+  return all;
+}
+
 // slurmdbd's runs are read through libslurmdb (tools/slurmdbd_runs.h), as
 // structured records: a job name is data, never a place where a record
 // could end or a field begin.  A run counts as billed when a bill has its
@@ -375,7 +419,7 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
   if (!got.ok()) die(got.error());
   std::vector<planc::Bill> runs;
   std::set<uint32_t> job_ids;
-  for (planc::Segment& s : got.value()) {
+  for (planc::Segment& s : got.value().ended) {
     job_ids.insert(s.job_id);
     planc::make_text_valid_utf8(&s);
     planc::Bill b = planc::price_segment(cfg.value(), s);
@@ -385,19 +429,25 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
                 "database cannot hold (outside Latin-1, e.g. CJK); ";
     runs.push_back(std::move(b));
   }
+  // The run-start journal (slurmctld/planc): the starts in the window.
+  std::string journal = o.journal.empty() ? site.value().state_save_location + "/" +
+                                                planc::kJournalDir
+                                          : o.journal;
+  planc::JournalRead starts = read_journal_dir(journal, o.start, o.end);
+  for (const planc::Segment& r : starts.starts) job_ids.insert(r.job_id);
   // The bills of those jobs, by job id rather than by time: slurmdbd
   // selects jobs eligible in the window, which may have started after it.
   planc::BillFilter f;
   f.job_ids.assign(job_ids.begin(), job_ids.end());
-  std::set<std::tuple<std::string, uint32_t, int64_t>> keys;
+  std::set<planc::RunKey> billed;
   if (!f.job_ids.empty()) {
     auto have = store.query(f);
     if (!have.ok()) die(have.error());
-    for (const auto& b : have.value()) keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time);
+    for (const auto& b : have.value()) billed.insert({b.seg.cluster, b.seg.job_id, b.seg.start_time});
   }
   std::vector<planc::Bill> missing;
   for (planc::Bill& b : runs)
-    if (!keys.count({b.seg.cluster, b.seg.job_id, b.seg.start_time})) missing.push_back(std::move(b));
+    if (!billed.count({b.seg.cluster, b.seg.job_id, b.seg.start_time})) missing.push_back(std::move(b));
   std::cout << "reconcile " << planc::pg_timestamp(o.start) << " .. " << planc::pg_timestamp(o.end)
             << ": " << runs.size() << " run segment(s) in slurmdbd, " << missing.size()
             << " without a bill\n";
@@ -410,7 +460,36 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
     if (!r.ok()) die(r.error());
     std::cout << "filled " << r.value() << " bill(s)\n";
   }
-  return missing.empty() || o.fill ? 0 : 3;
+  // Starts no bill, no ended slurmdbd record and no running job accounts
+  // for: runs that reached the nodes while the controller that started
+  // them was killed before it saved them.  A slurmdbd record with a start
+  // and no end of a job slurmctld no longer has is a runaway: its end is
+  // not known either.  The last minute is left out: slurmdbd may not have
+  // been told yet.
+  auto running = planc::slurmctld_current_runs(site.value().cluster);
+  if (!running.ok()) die(running.error());
+  std::set<planc::RunKey> known = std::move(running).value();
+  known.insert(billed.begin(), billed.end());
+  for (const planc::Bill& b : runs) known.insert({b.seg.cluster, b.seg.job_id, b.seg.start_time});
+  const std::set<planc::RunKey>& unended = got.value().unended;
+  const int64_t settled = std::min<int64_t>(o.end, time(nullptr) - kJournalSettleSeconds);
+  std::vector<planc::Segment> hidden = planc::unrecorded_starts(starts.starts, known, o.start, settled);
+  std::cout << "run-start journal " << journal << ": " << starts.starts.size() << " start(s), "
+            << hidden.size() << " with neither a bill nor an end in slurmdbd";
+  if (starts.damaged) std::cout << ", " << starts.damaged << " damaged line(s) skipped";
+  std::cout << "\n";
+  for (const planc::Segment& r : hidden)
+    std::cout << "  unrecorded: job " << r.job_id << " start " << planc::pg_timestamp(r.start_time)
+              << " user " << user_name_of(r.uid, r.user) << " account " << r.account << " qos " << r.qos << " nodes "
+              << r.nodes << " cpus " << r.cpus << " requested " << r.tres_req
+              << (unended.count({r.cluster, r.job_id, r.start_time})
+                      ? " (slurmdbd: runaway, started and never ended)"
+                      : " (slurmdbd: no record)")
+              << "\n";
+  if (!hidden.empty())
+    std::cout << "  (these ran on the nodes but no bill can be filled: their end is recorded "
+                 "nowhere Plan C reads; see README, \"After a controller crash\")\n";
+  return (missing.empty() || o.fill) && hidden.empty() ? 0 : 3;
 }
 
 // --- sync-roles --------------------------------------------------------------------------

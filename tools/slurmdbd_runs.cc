@@ -163,8 +163,26 @@ Result<SlurmSite> load_slurm_site() {
   return site;
 }
 
-Result<std::vector<Segment>> slurmdbd_runs(const std::string& cluster, int64_t start, int64_t end) {
-  using R = Result<std::vector<Segment>>;
+Result<std::set<RunKey>> slurmctld_current_runs(const std::string& cluster) {
+  using R = Result<std::set<RunKey>>;
+  init_libslurm();
+  job_info_msg_t* msg = nullptr;
+  if (slurm_load_jobs(0, &msg, SHOW_ALL) != SLURM_SUCCESS || !msg)
+    return R::failure(std::string("cannot list slurmctld's jobs (") +
+                      slurm_strerror(slurm_get_errno()) + ")");
+  std::set<RunKey> runs;
+  for (uint32_t i = 0; i < msg->record_count; i++) {
+    const slurm_job_info_t& j = msg->job_array[i];
+    uint32_t base = j.job_state & JOB_STATE_BASE;
+    if (j.start_time && (base == JOB_RUNNING || base == JOB_SUSPENDED || (j.job_state & JOB_COMPLETING)))
+      runs.insert(RunKey{cluster, j.job_id, static_cast<int64_t>(j.start_time)});
+  }
+  slurm_free_job_info_msg(msg);
+  return runs;
+}
+
+Result<DbdRuns> slurmdbd_runs(const std::string& cluster, int64_t start, int64_t end) {
+  using R = Result<DbdRuns>;
   init_libslurm();
   DbConn db;
   if (!db.get())
@@ -210,9 +228,12 @@ Result<std::vector<Segment>> slurmdbd_runs(const std::string& cluster, int64_t s
                       slurm_strerror(errno ? errno : SLURM_ERROR) +
                       "); run reconcile as SlurmUser or a Slurm administrator");
 
-  std::vector<Segment> runs;
+  DbdRuns out;
+  std::vector<Segment>& runs = out.ended;
   each_and_free<slurmdb_job_rec_t>(got, [&](const slurmdb_job_rec_t& j) {
     uint32_t base = j.state & JOB_STATE_BASE;
+    if (j.start && !j.end)
+      out.unended.insert(RunKey{j.cluster && *j.cluster ? j.cluster : cluster, j.jobid, j.start});
     // Only runs that ended: not pending, not still running or suspended.
     if (!j.start || !j.end || j.end < j.start || base == JOB_RUNNING || base == JOB_SUSPENDED)
       return;
@@ -251,7 +272,7 @@ Result<std::vector<Segment>> slurmdbd_runs(const std::string& cluster, int64_t s
   for (size_t i = 1; i < runs.size(); i++)
     if (runs[i].cluster == runs[i - 1].cluster && runs[i].job_id == runs[i - 1].job_id)
       runs[i].segment = runs[i - 1].segment + 1;
-  return runs;
+  return out;
 }
 
 }  // namespace planc

@@ -10,11 +10,13 @@
 #define PLANC_TOOLS_SLURMDBD_RUNS_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/billing.h"
 #include "common/result.h"
+#include "common/run_journal.h"
 
 namespace planc {
 
@@ -26,12 +28,24 @@ struct SlurmSite {
 };
 Result<SlurmSite> load_slurm_site();
 
-// Every run segment of `cluster` that slurmdbd has for jobs eligible in
-// [start, end] (what `sacct --duplicates -X -a -S -E` selects), that has
-// ended: one Segment per run, with slurmdbd's start and end times (not
-// truncated to the window).  `segment` numbers a job's runs in start order
-// among those returned.  The job name is as slurmdbd stored it.
-Result<std::vector<Segment>> slurmdbd_runs(const std::string& cluster, int64_t start, int64_t end);
+// The runs slurmctld has going now (running, suspended or completing),
+// from slurm_load_jobs.
+Result<std::set<RunKey>> slurmctld_current_runs(const std::string& cluster);
+
+// The runs of `cluster` that slurmdbd has for jobs eligible in [start, end]
+// (what `sacct --duplicates -X -a -S -E` selects):
+//   ended    one Segment per run that has ended, with slurmdbd's start and
+//            end times (not truncated to the window); `segment` numbers a
+//            job's runs in start order among those returned; the job name
+//            is as slurmdbd stored it;
+//   unended  every run slurmdbd has a start but no end for: still running,
+//            or a "runaway" (its end never reached slurmdbd: `sacctmgr show
+//            runawayjobs`).
+struct DbdRuns {
+  std::vector<Segment> ended;
+  std::set<RunKey> unended;
+};
+Result<DbdRuns> slurmdbd_runs(const std::string& cluster, int64_t start, int64_t end);
 
 }  // namespace planc
 

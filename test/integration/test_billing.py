@@ -270,18 +270,95 @@ def test_postgres_down_while_200_jobs_finish_then_all_bills_arrive_once(c):
     c.wait_for("the spool to drain", lambda: spool_files(c) in ([], [spool_files(c)[-1]]), timeout=30)
 
 
+def marked_array(c, tasks, body):
+    """Submits a pcbob P3 array whose every run first writes "<job id>
+    <time>" to a markers file: what really reached a node.  Returns (job
+    id, markers path)."""
+    markers = os.path.join(c.work, f"markers-{time.time_ns()}")
+    open(markers, "w").close()
+    os.chmod(markers, 0o666)
+    jobid, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", f"--array={tasks}", "-c", "1",
+                        "--mem=100M", "--wrap", f'echo "$SLURM_JOB_ID $(date +%s)" >> {markers}; '
+                        + body, user="pcbob")
+    assert jobid, p.stderr
+    return jobid, markers
+
+
+def utc_seconds(when):
+    return int(datetime.datetime.fromisoformat(when).replace(
+        tzinfo=datetime.timezone.utc).timestamp())
+
+
+def account_for_runs(c, markers, array_job, window):
+    """Where each run that reached a node (a line its script wrote to
+    `markers` as it began) is known: billed, only in slurmdbd, only in the
+    run-start journal (reconcile's "unrecorded"), or nowhere ("lost").
+    A run is matched by job id and a start at most 30 s before its line.
+    Returns (counts, reconcile's output)."""
+    began = [tuple(map(int, l.split())) for l in open(markers) if l.strip()]
+    billed = {(int(j), int(s)) for j, s in psql(
+        c, "SELECT job_id, extract(epoch FROM start_time)::bigint FROM planc.bill"
+           " WHERE array_job_id = :'p0'", array_job)}
+    p = c.run("sacct", "-D", "-X", "-n", "-P", "-j", array_job, "-o", "JobIDRaw,Start",
+              env=dict(c.env, SLURM_TIME_FORMAT="%s"))
+    dbd = {(int(j), int(s)) for j, s in (l.split("|") for l in p.stdout.splitlines()) if s.isdigit()}
+    r = bill_tool(c, "reconcile", "-S", str(window[0]), "-E", str(window[1]))
+    journal = {(int(j), utc_seconds(w)) for j, w in
+               re.findall(r"unrecorded: job (\d+) start (\S+ \S+?)\+00", r.stdout)}
+
+    def has(runs, job, t):
+        return any(j == job and s <= t <= s + 30 for j, s in runs)
+    counts = dict.fromkeys(("reached nodes", "billed", "slurmdbd only", "journal only", "lost"), 0)
+    for job, t in began:
+        counts["reached nodes"] += 1
+        where = ("billed" if has(billed, job, t) else "slurmdbd only" if has(dbd, job, t)
+                 else "journal only" if has(journal, job, t) else "lost")
+        counts[where] += 1
+    counts["journal starts that never reached a node"] = sum(
+        1 for j, s in journal if not any(job == j and s <= t <= s + 30 for job, t in began))
+    return counts, r
+
+
+def wait_all_runs_accounted_for(c, markers, array_job, window):
+    """Waits until no run that reached a node is lost (reconcile lists a
+    journal-only start once slurmdbd has had a minute to hear of it);
+    prints and returns (counts, reconcile's output)."""
+    counts, r = c.wait_for("every run that reached a node to be accounted for", lambda: (
+        lambda cr: cr if cr[0]["lost"] == 0 else None)(
+        account_for_runs(c, markers, array_job, window)), timeout=180, interval=5)
+    print("runs after the crash:", counts)
+    print(r.stdout)
+    return counts, r
+
+
+def restart_cluster_clean(c):
+    """The restarted slurmctld hands out again the job ids it had
+    forgotten, which the slurmd's still remember as theirs ("Duplicate
+    jobid": the node is drained).  Restart the whole cluster (state kept) so
+    the tests after a crash start clean."""
+    c.ctl("down", timeout=300)
+    up = c.ctl("up", check=False, timeout=300)
+    assert up.returncode == 0, up.stderr
+    # Drained nodes stay drained across a restart: resume them (fails
+    # harmlessly when none is).
+    c.run("scontrol", "update", "nodename=ALL", "state=resume")
+
+
+def sigkill_slurmctld(c):
+    pid = int(open(os.path.join(c.dir, "run", "slurmctld.pid")).read())
+    os.kill(pid, signal.SIGKILL)
+    c.wait_for("slurmctld to be gone", lambda: not os.path.exists(f"/proc/{pid}") or
+               open(f"/proc/{pid}/stat").read().split()[2] == "Z")
+    return time.time()
+
+
 def test_slurmctld_sigkill_while_jobs_finish_loses_no_bill(c):
     start = int(time.time()) - 5
-    jobid, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--array=0-59", "-c", "1",
-                        "--mem=100M", "--wrap", "sleep $((SLURM_ARRAY_TASK_ID % 4))", user="pcbob")
-    assert jobid, p.stderr
+    jobid, markers = marked_array(c, "0-59", "sleep $((SLURM_ARRAY_TASK_ID % 4))")
     c.wait_for("some tasks to finish", lambda: int(psql(
         c, "SELECT count(*) FROM planc.bill WHERE array_job_id = :'p0'", jobid)[0][0]) >= 5,
         timeout=120)
-    pid = int(open(os.path.join(c.dir, "run", "slurmctld.pid")).read())
-    t_kill = time.time()
-    os.kill(pid, signal.SIGKILL)
-    time.sleep(2)
+    t_kill = sigkill_slurmctld(c)
     up = c.ctl("up", check=False, timeout=300)
     assert up.returncode == 0, up.stderr
     t_up = time.time()
@@ -301,30 +378,47 @@ def test_slurmctld_sigkill_while_jobs_finish_loses_no_bill(c):
     print(r.stdout, r.stderr)
     # A run that began after slurmctld's last state save and ended while it
     # was down never reaches jobcomp: the restarted slurmctld does not know
-    # it ran.  slurmdbd does, and reconcile lists it.  Only such runs may be
+    # it ran.  slurmdbd may, and reconcile lists it.  Only such runs may be
     # missing: each started inside the crash window.
     missing = re.findall(r"missing: job (\d+) start (\S+ \S+?)\+00", r.stdout)
     counted = re.search(r" (\d+) without a bill", r.stdout)
     assert counted and int(counted.group(1)) == len(missing), r.stdout  # every one checked
     for job, when in missing:
-        t = datetime.datetime.fromisoformat(when).replace(
-            tzinfo=datetime.timezone.utc).timestamp()
-        assert t_kill - 60 <= t <= t_up, f"job {job} started at {when}, outside the crash window"
+        assert t_kill - 60 <= utc_seconds(when) <= t_up, \
+            f"job {job} started at {when}, outside the crash window"
     fill = bill_tool(c, "reconcile", "-S", str(start), "-E", str(end), "--fill", user=None)
-    again = bill_tool(c, "reconcile", "-S", str(start), "-E", str(end), user=None)
-    print(fill.stdout, again.stdout)
-    # The restarted slurmctld hands out again the job ids it had forgotten,
-    # which the slurmd's still remember as theirs ("Duplicate jobid": the
-    # node is drained).  Restart the whole cluster (state kept) so the tests
-    # after this one start clean.
-    c.ctl("down", timeout=300)
+    print(fill.stdout)
+    # Every run that reached a node is billed, in slurmdbd, or named by the
+    # run-start journal; once slurmdbd has had a minute, reconcile says so.
+    counts, again = wait_all_runs_accounted_for(c, markers, jobid, (start, end))
+    restart_cluster_clean(c)
+    assert r.returncode in (0, 3), r.stdout + r.stderr
+    # After an admin's `reconcile --fill` for the crash window, nothing is
+    # without a bill; what is left are runs only the journal knows, which
+    # no one can bill without their end.
+    assert " 0 without a bill" in again.stdout, again.stdout
+    assert again.returncode == (3 if counts["journal only"] else 0), again.stdout
+
+
+def test_slurmctld_sigkill_as_runs_launch_journal_names_every_hidden_run(c):
+    """slurmctld SIGKILLed within about a second of launching a new array's
+    runs: the restarted controller may know the array as pending (it runs
+    it again) or not at all, and slurmdbd never heard of those first runs.
+    Every one of them that reached a node is named by the run-start journal
+    (reconcile's "unrecorded")."""
+    start = int(time.time()) - 5
+    jobid, markers = marked_array(c, "0-23", "sleep 20")
+    c.wait_for("the first run on a node", lambda: os.path.getsize(markers) > 0, interval=0.05)
+    sigkill_slurmctld(c)
     up = c.ctl("up", check=False, timeout=300)
     assert up.returncode == 0, up.stderr
-    assert r.returncode in (0, 3), r.stdout + r.stderr
-    assert fill.returncode == 0, fill.stdout + fill.stderr
-    # After an admin's `reconcile --fill` for the crash window, nothing is
-    # without a bill.
-    assert again.returncode == 0 and " 0 without a bill" in again.stdout, again.stdout
+    # Tasks held after a refused launch ("Duplicate jobid") are released as
+    # an admin would (all_done); drained nodes are resumed at the end.
+    all_done(c, jobid, "the array to end")
+    end = int(time.time()) + 5
+    counts, _ = wait_all_runs_accounted_for(c, markers, jobid, (start, end))
+    restart_cluster_clean(c)
+    assert counts["reached nodes"] >= 1 and counts["lost"] == 0
 
 
 def test_report_totals_by_account_user_tier_and_hour(c):
@@ -471,6 +565,25 @@ def bills_raw(c, jobids):
     return out
 
 
+def spoil_spool_records(c, jobs):
+    """Spoils every spool record of `jobs` in the closed spool files (all
+    but the newest, which slurmctld appends to); True once all are found."""
+    d = os.path.join(c.dir, "state", "ctld", "planc_jobcomp")
+    found = set()
+    for f in spool_files(c)[:-1]:
+        path = os.path.join(d, f)
+        lines = open(path, "rb").read().split(b"\n")
+        for i, line in enumerate(lines):
+            fields = line.split(b"\t")
+            if len(fields) > 2 and fields[2].decode() in jobs:
+                found.add(fields[2].decode())
+                if line.startswith(b"planc-seg-2\t"):
+                    lines[i] = b"planc-seg-X" + line[len(b"planc-seg-2"):]
+        with open(path, "r+b") as out:  # same size, in place
+            out.write(b"\n".join(lines))
+    return found == set(jobs)
+
+
 def test_reconcile_reads_records_not_text_a_crafted_name_forges_nothing(c):
     """A job name can hold a newline and sacct's delimiter.  Once (text
     read from `sacct -P`) the name below planted a bill for pcalice, and a
@@ -487,19 +600,28 @@ def test_reconcile_reads_records_not_text_a_crafted_name_forges_nothing(c):
                           "p0-lease", "gpu", "gpu1", "1", "COMPLETED", "0:0", tres, tres, "8", "",
                           "forged"])
     names = ["x\n" + forged, "a\x1fb\x1fc", "naïve 名字 run"]
+    # Their bills are lost on the way, as when a spool line is damaged:
+    # with PostgreSQL down the spool files wait, and each record of these
+    # jobs is spoiled (its checksum no longer matches: jobcomp logs and
+    # skips it).  reconcile must find all three runs in slurmdbd.
+    pg_ctl(c, "stop")
     jobs = {}
-    for name in names:
-        jobid, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "-J", name, "--wrap", "exit 3",
-                            user="pcbob")
-        assert jobid, p.stderr
-        jobs[jobid] = name
-    c.wait_for("jobcomp's bills", lambda: len(bills_raw(c, jobs)) == 3)
+    try:
+        for name in names:
+            jobid, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "-J", name, "--wrap", "exit 3",
+                                user="pcbob")
+            assert jobid, p.stderr
+            jobs[jobid] = name
+        spoiled = c.wait_for("the runs' records in closed spool files",
+                             lambda: spoil_spool_records(c, jobs), timeout=120)
+        print("spoiled spool records:", spoiled)
+    finally:
+        up = c.ctl("up", check=False, timeout=300)
+        assert up.returncode == 0, up.stderr
+    c.wait_for("the spool to drain", lambda: len(spool_files(c)) <= 1, timeout=120)
+    assert bills_raw(c, jobs) == {}
     c.wait_for("slurmdbd to record the runs' ends", lambda: all(
         c.sacct_field(j, "State") == "FAILED" for j in jobs), timeout=60)
-    # The bills are lost (as after a damaged spool line): reconcile must
-    # find all three runs.
-    psql(c, "DELETE FROM planc.bill WHERE job_id = ANY(string_to_array(:'p0', ',')::bigint[])",
-         ",".join(jobs))
     window = ("-S", str(t0), "-E", str(int(time.time()) + 5))
     r = bill_tool(c, "reconcile", *window)
     print(r.stdout, r.stderr)
