@@ -419,8 +419,10 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
   if (!got.ok()) die(got.error());
   std::vector<planc::Bill> runs;
   std::set<uint32_t> job_ids;
+  std::set<planc::RunKey> ended;  // runs slurmdbd has to their end
   for (planc::Segment& s : got.value().ended) {
     job_ids.insert(s.job_id);
+    ended.insert({s.cluster, s.job_id, s.start_time});
     planc::make_text_valid_utf8(&s);
     planc::Bill b = planc::price_segment(cfg.value(), s);
     b.note += "filled by planc-bill reconcile from slurmdbd; ";
@@ -470,7 +472,7 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
   if (!running.ok()) die(running.error());
   std::set<planc::RunKey> known = std::move(running).value();
   known.insert(billed.begin(), billed.end());
-  for (const planc::Bill& b : runs) known.insert({b.seg.cluster, b.seg.job_id, b.seg.start_time});
+  known.insert(ended.begin(), ended.end());
   const std::set<planc::RunKey>& unended = got.value().unended;
   const int64_t settled = std::min<int64_t>(o.end, time(nullptr) - kJournalSettleSeconds);
   std::vector<planc::Segment> hidden = planc::unrecorded_starts(starts.starts, known, o.start, settled);
@@ -480,8 +482,8 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
   std::cout << "\n";
   for (const planc::Segment& r : hidden)
     std::cout << "  unrecorded: job " << r.job_id << " start " << planc::pg_timestamp(r.start_time)
-              << " user " << user_name_of(r.uid, r.user) << " account " << r.account << " qos " << r.qos << " nodes "
-              << r.nodes << " cpus " << r.cpus << " requested " << r.tres_req
+              << " user " << user_name_of(r.uid, r.user) << " account " << r.account << " qos "
+              << r.qos << " nodes " << r.nodes << " cpus " << r.cpus << " requested " << r.tres_req
               << (unended.count({r.cluster, r.job_id, r.start_time})
                       ? " (slurmdbd: runaway, started and never ended)"
                       : " (slurmdbd: no record)")
