@@ -16,10 +16,10 @@ namespace {
 const char* const kBillColumns =
     "cluster, job_id, start_time, end_time, segment, array_job_id, array_task_id, het_job_id, "
     "het_job_offset, submit_time, uid, user_name, account, tier, qos, partition, nodes, "
-    "node_count, state, exit_code, job_name, tres_req, tres_alloc, cpus, mem_mib, gpu_cards, "
+    "node_count, state, wait_status, job_name, tres_req, tres_alloc, cpus, mem_mib, gpu_cards, "
     "gpu_detail, billable_seconds, card_seconds, core_seconds, mem_gib_seconds, currency, "
     "card_hour_price, core_hour_price, mem_gib_hour_price, tier_factor, amount_minor, "
-    "zero_reason, note, admin_comment, source";
+    "zero_reason, note, admin_comment, source, exit_status, exit_signal, exit_code, amount_micros";
 
 namespace {
 
@@ -31,19 +31,27 @@ constexpr const char* kStageSql =
     "  ON COMMIT DELETE ROWS;"
     "CREATE TEMP TABLE IF NOT EXISTS stage_usage (LIKE planc.usage_hourly) ON COMMIT DELETE ROWS;";
 
+// The hourly row's amount_minor is generated from amount_micros (schema
+// 0002): it is rounded once from the hour's sum, never summed itself.
+#define PLANC_USAGE_COLUMNS                                                                   \
+  "hour, cluster, account, user_name, tier, card_seconds, core_seconds, mem_gib_seconds, " \
+  "amount_micros, segments"
+
 // Replay path: only bills not stored yet; RETURNING names them.
 constexpr const char* kInsertNewSql =
     "INSERT INTO planc.bill SELECT * FROM stage_bill"
     " ON CONFLICT (cluster, job_id, start_time) DO NOTHING"
     " RETURNING cluster, job_id, extract(epoch FROM start_time)::bigint";
 
+constexpr const char* kUsageCopySql = "COPY stage_usage (" PLANC_USAGE_COLUMNS ") FROM STDIN";
 constexpr const char* kUsageUpsertSql =
-    "INSERT INTO planc.usage_hourly AS u SELECT * FROM stage_usage"
+    "INSERT INTO planc.usage_hourly AS u (" PLANC_USAGE_COLUMNS ")"
+    " SELECT " PLANC_USAGE_COLUMNS " FROM stage_usage"
     " ON CONFLICT (hour, cluster, account, user_name, tier) DO UPDATE SET"
     "  card_seconds = u.card_seconds + excluded.card_seconds,"
     "  core_seconds = u.core_seconds + excluded.core_seconds,"
     "  mem_gib_seconds = u.mem_gib_seconds + excluded.mem_gib_seconds,"
-    "  amount_minor = u.amount_minor + excluded.amount_minor,"
+    "  amount_micros = u.amount_micros + excluded.amount_micros,"
     "  segments = u.segments + excluded.segments";
 
 // COPY text format: tab-separated, \N is NULL, backslash escapes.
@@ -93,7 +101,7 @@ std::string bill_copy_row(const Bill& b, const std::string& source) {
   field(r, s.nodes);
   field(r, s.node_count);
   field(r, s.state);
-  field(r, s.exit_code);
+  field(r, s.wait_status);
   field(r, s.job_name);
   field(r, s.tres_req);
   field(r, s.tres_alloc);
@@ -117,6 +125,11 @@ std::string bill_copy_row(const Bill& b, const std::string& source) {
   field(r, b.note);
   field(r, s.admin_comment);
   field(r, source);
+  const ExitCode exit = exit_code_of(s.wait_status);
+  field(r, exit.status);
+  field(r, exit.signal);
+  field(r, exit.text);
+  field(r, b.amount_micros);
   r += '\n';
   return r;
 }
@@ -270,7 +283,7 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
   // Hourly totals of the bills actually stored, summed here so the upsert
   // touches one row per hour x account x user x tier.
   struct Usage {
-    int64_t card_micro_seconds = 0, core_seconds = 0, mem_mib_seconds = 0, amount_minor = 0;
+    int64_t card_micro_seconds = 0, core_seconds = 0, mem_mib_seconds = 0, amount_micros = 0;
     int64_t segments = 0;
   };
   std::map<std::tuple<int64_t, std::string, std::string, std::string, std::string>, Usage> usage;
@@ -281,7 +294,7 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
       u.card_micro_seconds += h.card_micro_seconds;
       u.core_seconds += h.core_seconds;
       u.mem_mib_seconds += h.mem_mib_seconds;
-      u.amount_minor += h.amount_minor;
+      u.amount_micros += h.amount_micros;
       u.segments++;
     }
   }
@@ -297,11 +310,11 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
       field(r, format_card_seconds(u.card_micro_seconds));
       field(r, u.core_seconds);
       field(r, gib_seconds(u.mem_mib_seconds));
-      field(r, u.amount_minor);
+      field(r, u.amount_micros);
       field(r, u.segments);
       data += r + '\n';
     }
-    if (auto r = copy_in("COPY stage_usage FROM STDIN", data); !r.ok()) return fail(r.error());
+    if (auto r = copy_in(kUsageCopySql, data); !r.ok()) return fail(r.error());
     if (auto r = exec(kUsageUpsertSql); !r.ok()) return fail(r.error());
   }
   if (auto r = exec("COMMIT"); !r.ok()) return R::failure(r.error());
@@ -344,9 +357,9 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
       " extract(epoch FROM end_time)::bigint, segment, coalesce(array_job_id, 0),"
       " coalesce(array_task_id, 4294967294), coalesce(het_job_id, 0),"
       " coalesce(het_job_offset, 4294967294), coalesce(extract(epoch FROM submit_time)::bigint, 0),"
-      " uid, user_name, account, tier, qos, partition, nodes, node_count, state, exit_code,"
+      " uid, user_name, account, tier, qos, partition, nodes, node_count, state, wait_status,"
       " job_name, tres_req, tres_alloc, cpus, mem_mib, billable_seconds, card_seconds,"
-      " core_seconds, amount_minor, zero_reason, currency, admin_comment"
+      " core_seconds, amount_minor, zero_reason, currency, admin_comment, amount_micros, note"
       " FROM planc.bill WHERE true";
   std::vector<std::string> params;
   auto any = [&](const char* column, const char* type, const std::vector<std::string>& v) {
@@ -401,7 +414,7 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
     s.nodes = row[16];
     s.node_count = u(17);
     s.state = row[18];
-    s.exit_code = u(19);
+    s.wait_status = u(19);
     s.job_name = row[20];
     s.tres_req = row[21];
     s.tres_alloc = row[22];
@@ -414,6 +427,8 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
     b.zero_reason = row[29];
     b.currency = row[30];
     s.admin_comment = row[31];
+    b.amount_micros = l(32);
+    b.note = row[33];
     out.push_back(std::move(b));
   }
   return out;

@@ -1,9 +1,10 @@
 #include "common/billing.h"
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <cstdio>
+
+#include <sys/wait.h>
 
 namespace planc {
 namespace {
@@ -109,16 +110,39 @@ Bill price_segment(const PlancConfig& cfg, const Segment& seg) {
   if (!b.zero_reason.empty()) return b;
 
   // Exact amount in micros = [card_value/1e6 + core_s*core_price +
-  // mem_mib_s*mem_price/1024] / 3600, times permille/1000; in minor units
-  // divide by 1e6/100 more.  One common denominator, one rounding.
-  const i128 den = static_cast<i128>(kMicrosPerUnit) * 1024 * kSecondsPerHour * 1000 *
-                   (kMicrosPerUnit / kMinorPerUnit);
+  // mem_mib_s*mem_price/1024] / 3600, times permille/1000.  One common
+  // denominator, one rounding (to micro-units; see billing.h).
+  const i128 den = static_cast<i128>(kMicrosPerUnit) * 1024 * kSecondsPerHour * 1000;
   i128 num = card_value * 1024 +
              static_cast<i128>(b.core_seconds) * b.core_hour_price * kMicrosPerUnit * 1024 +
              static_cast<i128>(b.mem_mib_seconds) * b.mem_gib_hour_price * kMicrosPerUnit;
   num *= b.price_permille;
-  b.amount_minor = round_half_up(num, den);
+  b.amount_micros = round_half_up(num, den);
+  b.amount_minor = minor_of_micros(b.amount_micros);
+  if (b.amount_micros == 0) {
+    if (!b.card_micro_seconds && !b.core_seconds && !b.mem_mib_seconds)
+      b.zero_reason = "nothing billable allocated: no GPU cards, cores or memory";
+    else if (num == 0)
+      b.zero_reason = "zero price: planc.conf prices (or the tier's PriceFactor) are 0 for what it held";
+    else
+      b.zero_reason = "exact amount below half a micro-unit (0.0000005 " + b.currency + ")";
+  }
   return b;
+}
+
+int64_t minor_of_micros(int64_t micros) {
+  return round_half_up(std::max<int64_t>(micros, 0), kMicrosPerMinor);
+}
+
+ExitCode exit_code_of(uint32_t wait_status) {
+  const int st = static_cast<int>(wait_status);
+  ExitCode e;
+  if (WIFEXITED(st)) e.status = WEXITSTATUS(st);
+  if (WIFSIGNALED(st)) e.signal = WTERMSIG(st);
+  // sacct: a signal wins; an exit status of 128 or more loses 128.
+  uint32_t shown = e.signal ? 0 : e.status >= 128 ? e.status - 128 : e.status;
+  e.text = std::to_string(shown) + ":" + std::to_string(e.signal);
+  return e;
 }
 
 std::vector<HourSlice> split_by_hour(const Bill& bill) {
@@ -133,7 +157,7 @@ std::vector<HourSlice> split_by_hour(const Bill& bill) {
     s.card_micro_seconds = bill.card_micro_seconds;
     s.core_seconds = bill.core_seconds;
     s.mem_mib_seconds = bill.mem_mib_seconds;
-    s.amount_minor = bill.amount_minor;
+    s.amount_micros = bill.amount_micros;
     out.push_back(s);
     return out;
   }
@@ -149,7 +173,7 @@ std::vector<HourSlice> split_by_hour(const Bill& bill) {
     s.card_micro_seconds = share(bill.card_micro_seconds, z) - share(bill.card_micro_seconds, a);
     s.core_seconds = share(bill.core_seconds, z) - share(bill.core_seconds, a);
     s.mem_mib_seconds = share(bill.mem_mib_seconds, z) - share(bill.mem_mib_seconds, a);
-    s.amount_minor = share(bill.amount_minor, z) - share(bill.amount_minor, a);
+    s.amount_micros = share(bill.amount_micros, z) - share(bill.amount_micros, a);
     out.push_back(s);
   }
   return out;
@@ -210,10 +234,10 @@ std::string format_minor(int64_t minor) {
   return buf;
 }
 
-std::string format_card_seconds(int64_t cms) {
+std::string format_micros6(int64_t micros) {
   char buf[48];
-  std::snprintf(buf, sizeof buf, "%lld.%06lld", static_cast<long long>(cms / kMicrosPerUnit),
-                static_cast<long long>(cms % kMicrosPerUnit));
+  std::snprintf(buf, sizeof buf, "%lld.%06lld", static_cast<long long>(micros / kMicrosPerUnit),
+                static_cast<long long>(micros % kMicrosPerUnit));
   return buf;
 }
 
@@ -227,40 +251,7 @@ constexpr std::string_view kVersion1 = "planc-seg-1";
 
 }  // namespace
 
-uint32_t record_crc32(std::string_view s) {
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; i++) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t c = 0xffffffffu;
-  for (unsigned char ch : s) c = table[(c ^ ch) & 0xff] ^ (c >> 8);
-  return c ^ 0xffffffffu;
-}
-
-void append_escaped(std::string& out, std::string_view v) {
-  for (char c : v) {
-    switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '\t': out += "\\t"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      default: out += c;
-    }
-  }
-}
-
 namespace {
-
-void put(std::string& out, std::string_view v) {
-  out += '\t';
-  append_escaped(out, v);
-}
-void put(std::string& out, int64_t v) { put(out, std::to_string(v)); }
 
 std::string encode_gres(const std::vector<GresUse>& gres) {
   std::string s;
@@ -271,85 +262,47 @@ std::string encode_gres(const std::vector<GresUse>& gres) {
   return s;
 }
 
-class Fields {
- public:
-  explicit Fields(std::string_view body) {
-    std::string cur;
-    for (size_t i = 0; i < body.size(); i++) {
-      char c = body[i];
-      if (c == '\t') {
-        fields_.push_back(std::move(cur));
-        cur.clear();
-      } else if (c == '\\' && i + 1 < body.size()) {
-        char n = body[++i];
-        cur += n == 't' ? '\t' : n == 'n' ? '\n' : n == 'r' ? '\r' : n;
-      } else {
-        cur += c;
-      }
-    }
-    fields_.push_back(std::move(cur));
-  }
-  size_t size() const { return fields_.size(); }
-  const std::string& str(size_t i) const { return fields_[i]; }
-  bool num(size_t i, int64_t* v) const {
-    const std::string& s = fields_[i];
-    auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
-    return r.ec == std::errc() && r.ptr == s.data() + s.size();
-  }
-
- private:
-  std::vector<std::string> fields_;
-};
-
 }  // namespace
 
 std::string serialize_segment(const Segment& s) {
-  std::string body(kVersion);
-  put(body, s.cluster);
-  put(body, s.job_id);
-  put(body, s.array_job_id);
-  put(body, s.array_task_id);
-  put(body, s.het_job_id);
-  put(body, s.het_job_offset);
-  put(body, s.segment);
-  put(body, s.submit_time);
-  put(body, s.start_time);
-  put(body, s.end_time);
-  put(body, s.suspended_seconds);
-  put(body, s.uid);
-  put(body, s.user);
-  put(body, s.account);
-  put(body, s.qos);
-  put(body, s.partition);
-  put(body, s.nodes);
-  put(body, s.node_count);
-  put(body, s.state);
-  put(body, s.exit_code);
-  put(body, s.job_name);
-  put(body, s.tres_req);
-  put(body, s.tres_alloc);
-  put(body, s.cpus);
-  put(body, static_cast<int64_t>(s.mem_mib));
-  put(body, encode_gres(s.gres));
-  put(body, s.ran ? 1 : 0);
-  put(body, s.free_attempt ? 1 : 0);
-  put(body, s.admin_comment);
-  put(body, s.preempted ? 1 : 0);
-  char crc[16];
-  std::snprintf(crc, sizeof crc, "\t%08x\n", record_crc32(body));
-  return body + crc;
+  RecordWriter r(kVersion);
+  r.add(s.cluster);
+  r.add(s.job_id);
+  r.add(s.array_job_id);
+  r.add(s.array_task_id);
+  r.add(s.het_job_id);
+  r.add(s.het_job_offset);
+  r.add(s.segment);
+  r.add(s.submit_time);
+  r.add(s.start_time);
+  r.add(s.end_time);
+  r.add(s.suspended_seconds);
+  r.add(s.uid);
+  r.add(s.user);
+  r.add(s.account);
+  r.add(s.qos);
+  r.add(s.partition);
+  r.add(s.nodes);
+  r.add(s.node_count);
+  r.add(s.state);
+  r.add(s.wait_status);
+  r.add(s.job_name);
+  r.add(s.tres_req);
+  r.add(s.tres_alloc);
+  r.add(s.cpus);
+  r.add(static_cast<int64_t>(s.mem_mib));
+  r.add(encode_gres(s.gres));
+  r.add(s.ran ? 1 : 0);
+  r.add(s.free_attempt ? 1 : 0);
+  r.add(s.admin_comment);
+  r.add(s.preempted ? 1 : 0);
+  return r.line();
 }
 
 Result<Segment> parse_segment(std::string_view line) {
-  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
-  size_t tab = line.rfind('\t');
-  if (tab == std::string_view::npos || line.size() - tab != 9)
-    return Result<Segment>::failure("no checksum (torn record)");
-  std::string_view body = line.substr(0, tab);
-  char want[9];
-  std::snprintf(want, sizeof want, "%08x", record_crc32(body));
-  if (line.substr(tab + 1) != want) return Result<Segment>::failure("checksum mismatch");
-  Fields f(body);
+  auto rec = RecordReader::parse(line);
+  if (!rec.ok()) return Result<Segment>::failure(rec.error());
+  const RecordReader& f = rec.value();
   constexpr size_t kFields = 31, kFields1 = 30;
   const bool v1 = f.str(0) == kVersion1;
   if (!(v1 && f.size() == kFields1) && !(f.str(0) == kVersion && f.size() == kFields))
@@ -379,7 +332,7 @@ Result<Segment> parse_segment(std::string_view line) {
   s.nodes = f.str(17);
   s.node_count = static_cast<uint32_t>(n[18]);
   s.state = f.str(19);
-  s.exit_code = static_cast<uint32_t>(n[20]);
+  s.wait_status = static_cast<uint32_t>(n[20]);
   s.job_name = f.str(21);
   s.tres_req = f.str(22);
   s.tres_alloc = f.str(23);

@@ -3,11 +3,23 @@
 // the job record when a run ends; the store (common/bill_store.h) writes the
 // Bill and its HourSlices; planc-bill reconcile builds Segments from sacct.
 //
-// Money is integer: prices are Micros (common/config.h); an amount is in
-// minor units (1/100 of the currency unit, e.g. fen or cents).  Rounding
-// rule: the exact amount of a whole segment, a rational number, is rounded
-// once, half up, to minor units.  Hour slices share that rounded amount so
-// they always add up to the bill (see split_by_hour).
+// Money is integer.  Prices are Micros (common/config.h, 1e-6 of the
+// currency unit).  The rounding rule, in full:
+//   1. A bill's amount is kept in micro-units (amount_micros): the exact
+//      amount of the segment, a rational number, rounded once, half up, to
+//      1e-6 of the currency.  At most half a micro-unit per bill is lost or
+//      gained, so a million one-second runs differ from their exact sum by
+//      at most 0.50 of the currency unit.
+//   2. Hour slices split amount_micros with the floor rule of
+//      split_by_hour, so the slices of a bill add up to it exactly.
+//   3. Minor units (1/100 of the currency, e.g. fen or cents) appear only
+//      where a sum is presented as money to pay: one invoice line (a line
+//      of `planc-bill report`, a row of planc.usage_hourly) is rounded
+//      once, half up, from the summed micro-units of its bills
+//      (minor_of_micros).  A total is the sum of its rounded lines, as on
+//      an invoice.
+//   A bill's own amount_minor is that rule applied to one bill alone: for
+//   reading a single bill, never to be summed.
 //
 // All functions are thread-safe (no shared state).
 #ifndef PLANC_COMMON_BILLING_H_
@@ -19,12 +31,14 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/record.h"
 #include "common/result.h"
 
 namespace planc {
 
 inline constexpr uint32_t kNoId = 0xfffffffe;  // Slurm's NO_VAL
 inline constexpr int64_t kMinorPerUnit = 100;
+inline constexpr int64_t kMicrosPerMinor = 1000000 / kMinorPerUnit;
 
 // One allocated generic resource, as Slurm's gres_list_alloc has it:
 // name "gpu", "mps" or "shard"; type e.g. "h800" or a MIG profile
@@ -57,8 +71,12 @@ struct Segment {
   std::string partition;
   std::string nodes;
   uint32_t node_count = 0;
-  std::string state;  // Slurm's base state name: COMPLETED, PREEMPTED, ...
-  uint32_t exit_code = 0;
+  // What the run ended as, as slurmdbd records it (sacct's State):
+  // COMPLETED, FAILED, PREEMPTED, REQUEUED, NODE_FAIL, ...
+  std::string state;
+  // The job's raw wait status (Slurm's exit_code: 36608 is exit 143);
+  // exit_code_of() turns it into what sacct shows.
+  uint32_t wait_status = 0;
   std::string job_name;
   std::string tres_req;    // Slurm's formatted strings, for the record
   std::string tres_alloc;
@@ -96,8 +114,9 @@ struct Bill {
   Micros core_hour_price = 0;
   Micros mem_gib_hour_price = 0;
   uint32_t price_permille = 1000;  // the tier's multiplier
-  int64_t amount_minor = 0;
-  std::string zero_reason;  // why amount_minor is 0 by rule, else ""
+  int64_t amount_micros = 0;  // the amount, in 1e-6 of the currency (rule 1 above)
+  int64_t amount_minor = 0;   // minor_of_micros(amount_micros): this bill alone, never summed
+  std::string zero_reason;  // why amount_micros is 0, else ""; never empty on a zero bill
   std::string note;         // anything the reader should know (e.g. a missing weight)
 };
 
@@ -107,7 +126,28 @@ struct Bill {
 //   PREEMPTED, or `preempted` set by preempt/planc); a run
 //   ended by a node failure (the provider's fault); the free
 //   starvation-upgrade attempt; zero billable seconds.
+// Zero by arithmetic, also with a zero_reason: nothing billable allocated
+//   (no cards, cores or memory); prices or tier factor of 0 for what it
+//   held; an exact amount under half a micro-unit.
 Bill price_segment(const PlancConfig& cfg, const Segment& seg);
+
+// Micro-units to minor units, rounded half up (rule 3 above): 5000 -> 1,
+// 4999 -> 0.  `micros` is never negative.
+int64_t minor_of_micros(int64_t micros);
+
+// A run's exit, from its raw wait status.  `status` and `signal` are
+// POSIX's WEXITSTATUS (0 unless it exited) and WTERMSIG (0 unless a signal
+// killed it): exit 143 is status 143, signal 0.  `text` is what sacct
+// prints as ExitCode (src/sacct/print.c): "<status>:<signal>" where a
+// status of 128 or more loses 128 (a shell reporting a signal), so exit
+// 143 reads "15:0" and a SIGKILL "0:9".
+struct ExitCode {
+  uint32_t status = 0;
+  uint32_t signal = 0;
+  std::string text;
+  bool operator==(const ExitCode&) const = default;
+};
+ExitCode exit_code_of(uint32_t wait_status);
 
 // Cards of one allocated gres, in micros: gpu counts whole cards (a type
 // with a CardWeight is a fraction of one, e.g. MIG profiles); mps counts
@@ -125,30 +165,26 @@ struct HourSlice {
   int64_t card_micro_seconds = 0;
   int64_t core_seconds = 0;
   int64_t mem_mib_seconds = 0;
-  int64_t amount_minor = 0;
+  int64_t amount_micros = 0;
 };
 std::vector<HourSlice> split_by_hour(const Bill& bill);
 
 // "12.34" from 1234 minor units; "-0.05" from -5.
 std::string format_minor(int64_t minor);
-// Card-seconds as a decimal with 6 places, from card_micro_seconds.
-std::string format_card_seconds(int64_t card_micro_seconds);
-
-// Appends `v` with backslash, tab, newline and carriage return escaped as
-// \\ \t \n \r: the spool's field encoding, and PostgreSQL COPY's text format.
-void append_escaped(std::string& out, std::string_view v);
+// A micro-unit quantity as a decimal with 6 places: 4469 -> "0.004469".
+// Card-seconds (from card_micro_seconds) and exact amounts.
+std::string format_micros6(int64_t micros);
+inline std::string format_card_seconds(int64_t card_micro_seconds) {
+  return format_micros6(card_micro_seconds);
+}
 
 // Replaces bytes that are not valid UTF-8 with U+FFFD in the segment's text
 // fields: Slurm accepts any bytes in a job name, PostgreSQL (UTF8) does not,
 // and one such name must not stop billing.
 void make_text_valid_utf8(Segment* seg);
 
-// The spool's record format: one line per segment, fields separated by
-// tabs with \\, \t, \n and \r escaped, a version first and a CRC-32 of the
-// rest last, so a torn or corrupt line is recognised, never misread.
+// The spool's record format: one line per segment (common/record.h).
 std::string serialize_segment(const Segment& seg);
-// The CRC-32 (IEEE) each record ends with, as 8 hex digits.
-uint32_t record_crc32(std::string_view s);
 Result<Segment> parse_segment(std::string_view line);
 
 }  // namespace planc

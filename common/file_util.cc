@@ -1,5 +1,6 @@
 #include "common/file_util.h"
 
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +16,15 @@ bool write_all(int fd, std::string_view data) {
     off += static_cast<size_t>(n);
   }
   return true;
+}
+
+bool append_record(int fd, std::string_view line) {
+  off_t at = lseek(fd, 0, SEEK_END);
+  if (write_all(fd, line)) return true;
+  int saved = errno;
+  if (at >= 0 && ftruncate(fd, at) != 0) { /* a CRC still rejects the fragment */ }
+  errno = saved;
+  return false;
 }
 
 }  // namespace planc

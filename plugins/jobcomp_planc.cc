@@ -106,17 +106,6 @@ bool g_stop GUARDED_BY(g_mu) = false;
 bool g_reconfigured GUARDED_BY(g_mu) = false;
 std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
-// Appends one record; on failure cuts the file back to where it was, so a
-// partial record cannot glue itself to the next one.
-bool append_record(int fd, const std::string& line) {
-  off_t at = lseek(fd, 0, SEEK_END);
-  if (planc::write_all(fd, line)) return true;
-  int saved = errno;
-  if (at >= 0 && ftruncate(fd, at) != 0) { /* the CRC still rejects the fragment */ }
-  errno = saved;
-  return false;
-}
-
 std::string spool_path(uint64_t seq) {
   char name[32];
   std::snprintf(name, sizeof name, "%012llu.spool", static_cast<unsigned long long>(seq));
@@ -182,7 +171,7 @@ uint64_t rotate() {
   // Records whose write failed earlier (disk full) go to the closed file.
   size_t lost = 0;
   for (const std::string& line : retry) {
-    if (append_record(old, line)) continue;
+    if (planc::append_record(old, line)) continue;
     planc::MutexLock l(g_spool_mu);
     g_unwritten.push_back(line);
     lost++;
@@ -438,7 +427,7 @@ PLANC_EXPORT int fini(void) {
     planc::MutexLock l(g_spool_mu);
     if (g_fd >= 0) {
       for (const std::string& line : g_unwritten)
-        if (!append_record(g_fd, line)) error("%s: a segment could not be spooled at shutdown: %m", plugin_type);
+        if (!planc::append_record(g_fd, line)) error("%s: a segment could not be spooled at shutdown: %m", plugin_type);
       fsync(g_fd);
       close(g_fd);
       g_fd = -1;
@@ -486,7 +475,7 @@ PLANC_EXPORT int jobcomp_p_log_record(job_record_t* job) {
     }
     std::string line = planc::serialize_segment(seg);
     planc::MutexLock l(g_spool_mu);
-    if (g_fd >= 0 && g_unwritten.empty() && append_record(g_fd, line)) {
+    if (g_fd >= 0 && g_unwritten.empty() && planc::append_record(g_fd, line)) {
       g_bytes += line.size();
       return SLURM_SUCCESS;
     }
@@ -538,8 +527,8 @@ PLANC_EXPORT List jobcomp_p_get_jobs(slurmdb_job_cond_t* job_cond) {
       j->qos_name = xstrdup(s.qos.c_str());
       j->cluster = xstrdup(s.cluster.c_str());
       if (s.submit_time) j->submit_time = time_str(s.submit_time);
-      j->exit_code = xstrdup_printf("%u:%u", WIFEXITED(s.exit_code) ? WEXITSTATUS(s.exit_code) : 0,
-                                    WIFSIGNALED(s.exit_code) ? WTERMSIG(s.exit_code) : 0);
+      // The same text plain sacct prints for the run (its ExitCode rule).
+      j->exit_code = xstrdup(planc::exit_code_of(s.wait_status).text.c_str());
       list_append(out, j);
     }
     return out;

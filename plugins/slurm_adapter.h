@@ -64,9 +64,12 @@ inline const Tier* job_tier(const QosTierCache& cache, const job_record_t* job) 
 }
 
 // The run segment that just ended, as jobcomp sees the job in
-// job_completion_logger (job write lock held).  Copies strings only: no
-// lookups, no I/O (user names come from job->user_name; a missing one is
-// resolved later, outside the lock).
+// job_completion_logger (job write lock held); also the run that begins,
+// as slurmctld/planc's job-begin hook sees it (job and node write locks
+// held: nodes, start time and gres set; state RUNNING, allocated TRES not
+// yet).  Copies strings only: no lookups, no I/O (user names come from
+// job->user_name, which slurmctld may not have filled in yet; a missing
+// one is resolved later, outside the lock).
 Segment segment_of(const job_record_t* job);
 
 // Writes a successful decision into the job description.

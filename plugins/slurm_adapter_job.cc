@@ -14,6 +14,21 @@ namespace {
 
 std::string str(const char* s) { return s ? std::string(s) : std::string(); }
 
+// What the run ended as, named as slurmdbd records it, so the bill and
+// sacct agree.  jobcomp is called from job_completion_logger() with the
+// same job state that accounting_storage/slurmdbd's job_complete() sends
+// next, and that maps the flags first (22.05,
+// jobacct_storage_p_job_complete): RESIZING, then REQUEUE (`scontrol
+// requeue` sets JOB_REQUEUE on base state PENDING: sacct says REQUEUED),
+// then REVOKED, else the base state (a preemption requeue is PREEMPTED, a
+// node-failure requeue NODE_FAIL).
+std::string run_end_state(const job_record_t* job) {
+  if (IS_JOB_RESIZING(job)) return job_state_string(JOB_RESIZING);
+  if (IS_JOB_REQUEUED(job)) return job_state_string(JOB_REQUEUE);
+  if (IS_JOB_REVOKED(job)) return job_state_string(JOB_REVOKED);
+  return job_state_string(job->job_state & JOB_STATE_BASE);
+}
+
 }  // namespace
 
 std::string planc_conf_file() { return planc_conf_path(str(slurm_conf.slurm_conf)); }
@@ -78,8 +93,8 @@ Segment segment_of(const job_record_t* job) {
   s.partition = str(job->partition);
   s.nodes = str(job->nodes);
   s.node_count = job->node_cnt;
-  s.state = job_state_string(job->job_state & JOB_STATE_BASE);
-  s.exit_code = job->exit_code == NO_VAL ? 0 : job->exit_code;
+  s.state = run_end_state(job);
+  s.wait_status = job->exit_code == NO_VAL ? 0 : job->exit_code;
   s.job_name = str(job->name);
   s.tres_req = str(job->tres_fmt_req_str);
   s.tres_alloc = str(job->tres_fmt_alloc_str);

@@ -26,6 +26,7 @@ extern "C" {
 #include "src/slurmctld/locks.h"
 #include "src/slurmctld/job_scheduler.h"
 #include "src/slurmctld/preempt.h"
+#include "src/slurmctld/slurmctld_plugstack.h"
 #include "src/slurmctld/state_save.h"
 }
 
@@ -46,6 +47,21 @@ extern "C" {
 // built the job table and read the saved jobs, and clears it when it stops
 // being the primary (controller.c).  Plugins are loaded earlier.
 inline bool planc_jobs_loaded() { return slurmctld_config.thread_id_rpc != (pthread_t)0; }
+
+// The job-begin hook.  22.05's slurmctld calls nonstop_ops.job_begin(job)
+// from select_nodes() (src/slurmctld/node_scheduler.c) for every run it
+// starts, with the job and node write locks held, once the run has its
+// nodes and start time and before its launch is queued for slurmd.  It is
+// one pointer for all plugins: slurmctld/nonstop sets it in its init(), so
+// a plugin loaded after Plan C's replaces Plan C's hook (Plan C chains the
+// one it finds).  Returns the hook it replaces.
+using planc_job_begin_fn = void (*)(job_record_t*);
+inline planc_job_begin_fn planc_set_job_begin_hook(planc_job_begin_fn fn) {
+  planc_job_begin_fn prev = nonstop_ops.job_begin;
+  nonstop_ops.job_begin = fn;
+  return prev;
+}
+inline planc_job_begin_fn planc_job_begin_hook() { return nonstop_ops.job_begin; }
 
 // Exported plugin symbols.  A namespace-scope const has internal linkage in
 // C++ even inside extern "C" {}, so each one is declared extern "C" itself

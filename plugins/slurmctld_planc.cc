@@ -11,6 +11,13 @@
 //                       per account and tier (common/spot_cap.h), kept in
 //                       StateSaveLocation/planc_spot_state; job_submit/planc
 //                       asks for them through planc_spot_used_v1().
+//   run-start journal   every run slurmctld starts is appended, as it
+//                       starts, to StateSaveLocation/planc_starts/
+//                       (common/run_journal.h) from the job-begin hook:
+//                       one write(2) under slurmctld's locks, like
+//                       jobcomp/planc's spool.  The worker starts a new
+//                       file each UTC day (fsyncing the old one) and
+//                       removes files past kJournalKeepDays.
 //
 // One worker thread.  It never holds a slurmctld lock across I/O: a scan
 // takes the job read lock, collects the facts and releases it; each change
@@ -19,16 +26,24 @@
 // The state file is written outside every lock.
 #include "plugins/slurm_compat.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
 
+#include "common/file_util.h"
 #include "common/job_marks.h"
 #include "common/preempt_policy.h"  // format_utc
+#include "common/run_journal.h"
 #include "common/spot_cap.h"
 #include "common/starvation.h"
 #include "common/state_file.h"
@@ -37,7 +52,8 @@
 #include "plugins/slurm_adapter.h"
 #include "plugins/worker_thread.h"
 
-PLANC_EXPORT const char plugin_name[] = "Plan C controller: starvation upgrade, daily spot cap";
+PLANC_EXPORT const char plugin_name[] =
+    "Plan C controller: starvation upgrade, daily spot cap, run-start journal";
 PLANC_EXPORT const char plugin_type[] = "slurmctld/planc";
 PLANC_EXPORT const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
@@ -74,6 +90,161 @@ std::atomic<bool> g_running{false};
 // For `scontrol show config` and the benchmark.
 std::atomic<uint64_t> g_upgrades{0}, g_reverts{0}, g_scans{0};
 std::atomic<uint64_t> g_total_scan_usec{0}, g_last_scan_usec{0}, g_max_scan_usec{0}, g_last_scan_jobs{0};
+
+// --- run-start journal --------------------------------------------------------
+// Lines whose write(2) failed (disk full) wait here, in order, at most this
+// many; the worker retries them.
+constexpr size_t kJournalMaxUnwritten = 100000;
+
+std::string g_journal_dir;  // empty: the journal is off
+planc::Mutex g_journal_mu;
+int g_journal_fd GUARDED_BY(g_journal_mu) = -1;
+std::string g_journal_file GUARDED_BY(g_journal_mu);  // g_journal_fd's name
+std::deque<std::string> g_journal_unwritten GUARDED_BY(g_journal_mu);
+planc_job_begin_fn g_prev_job_begin = nullptr;
+std::atomic<uint64_t> g_journal_records{0}, g_journal_dropped{0};
+std::atomic<uint64_t> g_journal_total_usec{0}, g_journal_max_usec{0}, g_journal_slow{0};
+constexpr uint64_t kJournalSlowUsec = 1000;  // counted in RunJournalOver1ms
+
+int open_journal(const std::string& name) {
+  return open((g_journal_dir + "/" + name).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+              0600);
+}
+
+// slurmctld's job-begin hook (job and node write locks held): one record,
+// one write(2) under g_journal_mu, nothing else.
+void on_job_begin(job_record_t* job) {
+  if (g_prev_job_begin) g_prev_job_begin(job);
+  try {
+    auto t0 = std::chrono::steady_clock::now();
+    planc::Segment begun = planc::slurm::segment_of(job);
+    begun.end_time = 0;  // not ended: segment_of reads the expected end
+    std::string line = planc::serialize_segment(begun);
+    bool first_failure = false, dropped = false;
+    {
+      planc::MutexLock l(g_journal_mu);
+      if (g_journal_fd < 0 || !g_journal_unwritten.empty() ||
+          !planc::append_record(g_journal_fd, line)) {
+        first_failure = g_journal_unwritten.empty();
+        dropped = g_journal_unwritten.size() >= kJournalMaxUnwritten;
+        if (!dropped) g_journal_unwritten.push_back(std::move(line));
+      }
+    }
+    if (first_failure)
+      error("%s: cannot append the start of %pJ to the run-start journal in %s (%m); kept in "
+            "memory until it can",
+            plugin_type, job, g_journal_dir.c_str());
+    if (dropped) g_journal_dropped++;
+    uint64_t usec = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                              std::chrono::steady_clock::now() - t0)
+                                              .count());
+    g_journal_records++;
+    g_journal_total_usec += usec;
+    if (usec > g_journal_max_usec) g_journal_max_usec = usec;
+    if (usec > kJournalSlowUsec) g_journal_slow++;
+  } catch (const std::exception& e) {
+    error("%s: start of %pJ not journaled: %s", plugin_type, job, e.what());
+  }
+}
+
+void prune_journal(time_t now) {
+  DIR* d = opendir(g_journal_dir.c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d))
+    if (planc::journal_file_expired(e->d_name, now) &&
+        unlink((g_journal_dir + "/" + e->d_name).c_str()) != 0)
+      error("%s: cannot remove %s/%s: %m", plugin_type, g_journal_dir.c_str(), e->d_name);
+  closedir(d);
+}
+
+// Worker: a new file at the UTC day's change, retried lines, fsync.
+void journal_tick(bool* hook_warned) {
+  if (g_journal_dir.empty()) return;
+  if (planc_job_begin_hook() != on_job_begin && !*hook_warned) {
+    error("%s: another plugin replaced the job-begin hook; run starts are no longer journaled "
+          "(list planc after nonstop in SlurmctldPlugstack)",
+          plugin_type);
+    *hook_warned = true;
+  }
+  time_t now = time(nullptr);
+  std::string want = planc::journal_file_name(now);
+  int next = -1;
+  {
+    planc::MutexLock l(g_journal_mu);
+    if (want == g_journal_file && g_journal_fd >= 0) next = -2;  // no change
+  }
+  if (next == -1) {
+    next = open_journal(want);  // outside the lock: may touch the disk
+    if (next < 0)
+      error("%s: cannot create %s/%s: %m; run starts stay in the current file", plugin_type,
+            g_journal_dir.c_str(), want.c_str());
+  }
+  int old = -1;
+  size_t left;
+  {
+    planc::MutexLock l(g_journal_mu);
+    if (next >= 0) {
+      old = g_journal_fd;
+      g_journal_fd = next;
+      g_journal_file = want;
+    }
+    while (g_journal_fd >= 0 && !g_journal_unwritten.empty() &&
+           planc::append_record(g_journal_fd, g_journal_unwritten.front()))
+      g_journal_unwritten.pop_front();
+    left = g_journal_unwritten.size();
+  }
+  if (left)
+    error("%s: %zu run start(s) still not in the journal (%s): %m; retrying", plugin_type, left,
+          g_journal_dir.c_str());
+  // The file being appended to is never fsynced: an append waiting behind
+  // an fsync of its own file would wait under slurmctld's locks.  Its
+  // records survive a SIGKILL of slurmctld in the page cache and reach the
+  // disk with the kernel's writeback (about 30 s); a closed day's file is
+  // fsynced here.
+  if (old >= 0) {
+    fsync(old);
+    close(old);
+    prune_journal(now);
+  }
+}
+
+// init(): the directory, today's file, the hook.  A journal that cannot be
+// set up is logged and left off; the rest of the plugin works.
+void start_journal() {
+  std::string dir = planc::slurm::state_file_path(planc::kJournalDir);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    error("%s: cannot create %s: %m; run starts are NOT journaled, so a controller crash can "
+          "hide runs (fix StateSaveLocation's permissions and restart slurmctld)",
+          plugin_type, dir.c_str());
+    return;
+  }
+  g_journal_dir = dir;
+  std::string name = planc::journal_file_name(time(nullptr));
+  int fd = open_journal(name);
+  if (fd < 0)
+    error("%s: cannot create %s/%s: %m; run starts kept in memory until it can", plugin_type,
+          dir.c_str(), name.c_str());
+  {
+    planc::MutexLock l(g_journal_mu);
+    g_journal_fd = fd;
+    g_journal_file = fd >= 0 ? name : "";
+  }
+  prune_journal(time(nullptr));
+  g_prev_job_begin = planc_set_job_begin_hook(on_job_begin);
+}
+
+void stop_journal() {
+  if (planc_job_begin_hook() == on_job_begin) planc_set_job_begin_hook(g_prev_job_begin);
+  planc::MutexLock l(g_journal_mu);
+  if (g_journal_fd < 0) return;
+  for (const std::string& line : g_journal_unwritten)
+    if (!planc::append_record(g_journal_fd, line))
+      error("%s: a run start could not be journaled at shutdown: %m", plugin_type);
+  g_journal_unwritten.clear();
+  fsync(g_journal_fd);
+  close(g_journal_fd);
+  g_journal_fd = -1;
+}
 
 slurmctld_lock_t job_read_lock() { return {.job = READ_LOCK}; }
 slurmctld_lock_t update_locks() {
@@ -246,6 +417,7 @@ void worker(planc::ConfigWatch watch) {
   auto next_sample = Clock::now();
   int gpu_pos = -1;
   std::string written;
+  bool hook_warned = false;
   planc::MutexLock l(g_mu);
   while (!g_stop) {
     while (!g_stop && g_cv.wait_until(l, std::min(next_scan, next_sample)) ==
@@ -259,6 +431,7 @@ void worker(planc::ConfigWatch watch) {
       auto now = Clock::now();
       if (now >= next_sample) {
         next_sample = now + std::chrono::seconds(kSpotSampleSeconds);
+        journal_tick(&hook_warned);
         std::string text = spot_sample(&gpu_pos, written);
         if (!text.empty()) {
           if (auto err = planc::write_file_atomically(g_state_path, text))
@@ -315,6 +488,7 @@ PLANC_EXPORT int init(void) {
     }
     g_ledger = load_spot_state(*g_config);
     publish_usage();
+    start_journal();
     {
       planc::MutexLock l(g_mu);
       g_stop = false;
@@ -345,6 +519,7 @@ PLANC_EXPORT int fini(void) {
     }
     g_cv.notify_all();
     planc::join_worker(g_worker);
+    stop_journal();
     if (g_ledger) {
       if (auto err = planc::write_file_atomically(g_state_path, g_ledger->serialize()))
         error("%s: %s", plugin_type, err->c_str());
@@ -394,6 +569,12 @@ PLANC_EXPORT void slurmctld_plugstack_p_get_config(config_plugin_params_t* p) {
     add_pair(p->key_pairs, "ScanLastUsec", std::to_string(g_last_scan_usec.load()));
     add_pair(p->key_pairs, "ScanMaxUsec", std::to_string(g_max_scan_usec.load()));
     add_pair(p->key_pairs, "ScanTotalUsec", std::to_string(g_total_scan_usec.load()));
+    add_pair(p->key_pairs, "RunJournal", g_journal_dir.empty() ? "off (see slurmctld's log)" : g_journal_dir);
+    add_pair(p->key_pairs, "RunJournalRecords", std::to_string(g_journal_records.load()));
+    add_pair(p->key_pairs, "RunJournalDropped", std::to_string(g_journal_dropped.load()));
+    add_pair(p->key_pairs, "RunJournalMaxUsec", std::to_string(g_journal_max_usec.load()));
+    add_pair(p->key_pairs, "RunJournalOver1ms", std::to_string(g_journal_slow.load()));
+    add_pair(p->key_pairs, "RunJournalTotalUsec", std::to_string(g_journal_total_usec.load()));
   } catch (const std::exception& e) {
     error("%s: get_config: %s", plugin_type, e.what());
   }

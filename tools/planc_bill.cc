@@ -1,6 +1,7 @@
 // planc-bill: read Plan C bills, reconcile them with slurmdbd, manage who
 // may read them.  Talks to PostgreSQL as the user who runs it (row-level
-// security decides what that user sees), and to slurmdbd through sacct.
+// security decides what that user sees), to slurmdbd through libslurmdb
+// (tools/slurmdbd_runs.h), and to sacctmgr for the role list.
 #include <getopt.h>
 #include <libpq-fe.h>
 #include <pwd.h>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
@@ -21,7 +23,8 @@
 #include "common/bill_store.h"
 #include "common/billing.h"
 #include "common/config.h"
-#include "common/job_marks.h"
+#include "common/run_journal.h"
+#include "tools/slurmdbd_runs.h"
 
 namespace {
 
@@ -33,10 +36,14 @@ const char* kUsage =
     "  report    [-S START] [-E END] [-u USER] [-A ACCOUNT] [--by KEYS] [--format ...]\n"
     "            totals from the hourly table; KEYS: any of account,user,tier,day,hour\n"
     "            (comma-separated; default account,user,tier)\n"
-    "  reconcile -S START -E END [--fill] [--planc-conf FILE]\n"
-    "            compares slurmdbd's run segments (sacct --duplicates) with the bills;\n"
+    "  reconcile -S START -E END [--fill] [--planc-conf FILE] [--journal DIR]\n"
+    "            compares slurmdbd's run segments (every run of every job, read\n"
+    "            through libslurmdb) with the bills;\n"
     "            --fill writes a bill for each missing one (as the writer role,\n"
-    "            e.g. --db 'dbname=planc user=slurm' run by SlurmUser)\n"
+    "            e.g. --db 'dbname=planc user=slurm' run by SlurmUser);\n"
+    "            then lists run starts in slurmctld/planc's journal (default\n"
+    "            StateSaveLocation/planc_starts) known to neither\n"
+    "            exit 3: something is missing or unrecorded\n"
     "  sync-roles [--writer ROLE]\n"
     "            creates a PostgreSQL login role for every Slurm user (planc_reader),\n"
     "            admins (planc_admin), the writer (slurmctld's user, planc_writer) and\n"
@@ -174,6 +181,7 @@ struct Options {
   std::string format = "table";
   bool fill = false;
   std::string planc_conf;
+  std::string journal;
   std::string writer;
 };
 
@@ -187,6 +195,7 @@ Options parse_options(int argc, char** argv) {
       {"format", required_argument, nullptr, 'f'},  {"by", required_argument, nullptr, 'b'},
       {"fill", no_argument, nullptr, 'F'},          {"planc-conf", required_argument, nullptr, 'c'},
       {"writer", required_argument, nullptr, 'w'},  {"help", no_argument, nullptr, 'h'},
+      {"journal", required_argument, nullptr, 'J'},
       {nullptr, 0, nullptr, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "d:S:E:u:A:j:f:b:h", longopts, nullptr)) != -1) {
@@ -208,15 +217,12 @@ Options parse_options(int argc, char** argv) {
       case 'F': o.fill = true; break;
       case 'c': o.planc_conf = optarg; break;
       case 'w': o.writer = optarg; break;
+      case 'J': o.journal = optarg; break;
       case 'h': std::cout << kUsage; std::exit(0);
       default: std::cerr << kUsage; std::exit(2);
     }
   }
   return o;
-}
-
-std::string minor_str(const std::string& v) {
-  return planc::format_minor(std::strtoll(v.c_str(), nullptr, 10));
 }
 
 // --- list ----------------------------------------------------------------------------
@@ -230,10 +236,12 @@ int cmd_list(planc::BillStore& store, const Options& o) {
   f.end = o.end;
   auto r = store.query(f);
   if (!r.ok()) die(r.error());
+  // Amount is the bill's exact amount (micro-units, 6 decimals): bills
+  // are summed exactly and rounded per invoice line (see report).
   std::vector<std::string> cols = {"JobID", "Seg", "User", "Account", "Tier", "QOS", "State",
-                                   "Start(UTC)", "End(UTC)", "Seconds", "CardSeconds",
+                                   "ExitCode", "Start(UTC)", "End(UTC)", "Seconds", "CardSeconds",
                                    "CoreSeconds", "Amount", "Currency", "Free"};
-  std::vector<bool> num = {true, true, false, false, false, false, false, false, false,
+  std::vector<bool> num = {true, true, false, false, false, false, false, false, false, false,
                            true, true, true, true, false, false};
   std::vector<std::vector<std::string>> rows;
   for (const planc::Bill& b : r.value()) {
@@ -241,11 +249,12 @@ int cmd_list(planc::BillStore& store, const Options& o) {
     if (b.seg.array_job_id && b.seg.array_task_id != planc::kNoId)
       id = std::to_string(b.seg.array_job_id) + "_" + std::to_string(b.seg.array_task_id);
     rows.push_back({id, std::to_string(b.seg.segment), b.seg.user, b.seg.account, b.tier,
-                     b.seg.qos, b.seg.state, planc::pg_timestamp(b.seg.start_time).substr(0, 19),
+                     b.seg.qos, b.seg.state, planc::exit_code_of(b.seg.wait_status).text,
+                     planc::pg_timestamp(b.seg.start_time).substr(0, 19),
                      planc::pg_timestamp(b.seg.end_time).substr(0, 19),
                      std::to_string(b.billable_seconds),
                      planc::format_card_seconds(b.card_micro_seconds), std::to_string(b.core_seconds),
-                     planc::format_minor(b.amount_minor), b.currency, b.zero_reason});
+                     planc::format_micros6(b.amount_micros), b.currency, b.zero_reason});
   }
   print(cols, num, rows, o.format);
   return 0;
@@ -271,9 +280,12 @@ int cmd_report(planc::BillStore& store, const Options& o) {
     cols.push_back(name);
     num.push_back(false);
   }
+  // Each printed line is one invoice line: its hours' exact micro-unit
+  // amounts are summed, then rounded once, half up, to minor units.  TOTAL
+  // is the sum of the printed lines.
   std::string sql = "SELECT " + select +
                     "sum(segments), round(sum(card_seconds) / 3600, 3), round(sum(core_seconds) / 3600.0, 3),"
-                    " round(sum(mem_gib_seconds) / 3600, 3), sum(amount_minor)"
+                    " round(sum(mem_gib_seconds) / 3600, 3), sum(amount_micros)"
                     " FROM planc.usage_hourly WHERE true";
   std::vector<std::string> params;
   auto any = [&](const char* column, const std::vector<std::string>& v) {
@@ -295,21 +307,25 @@ int cmd_report(planc::BillStore& store, const Options& o) {
   if (!group.empty()) sql += " GROUP BY " + group + " ORDER BY " + group;
   auto r = store.rows(sql, params);
   if (!r.ok()) die(r.error());
-  for (const char* c : {"Segments", "CardHours", "CoreHours", "MemGiBHours", "Amount"}) {
+  for (const char* c : {"Segments", "CardHours", "CoreHours", "MemGiBHours", "AmountExact", "Amount"}) {
     cols.push_back(c);
     num.push_back(true);
   }
   std::vector<std::vector<std::string>> rows = r.value();
-  int64_t total = 0;
+  int64_t total_minor = 0, total_micros = 0;
   for (auto& row : rows) {
-    std::string& amount = row.back();
-    total += std::strtoll(amount.c_str(), nullptr, 10);
-    amount = minor_str(amount);
+    int64_t micros = std::strtoll(row.back().c_str(), nullptr, 10);
+    int64_t minor = planc::minor_of_micros(micros);
+    total_micros += micros;
+    total_minor += minor;
+    row.back() = planc::format_micros6(micros);
+    row.push_back(planc::format_minor(minor));
   }
   if (o.format == "table" && !by.empty()) {
     std::vector<std::string> t(cols.size());
     t[0] = "TOTAL";
-    t.back() = planc::format_minor(total);
+    t[t.size() - 2] = planc::format_micros6(total_micros);
+    t.back() = planc::format_minor(total_minor);
     rows.push_back(t);
   }
   print(cols, num, rows, o.format);
@@ -331,7 +347,6 @@ std::string run(const std::vector<std::string>& argv) {
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    setenv("SLURM_TIME_FORMAT", "%s", 1);
     execvp(args[0], args.data());
     std::perror(args[0]);
     _exit(127);
@@ -348,17 +363,47 @@ std::string run(const std::vector<std::string>& argv) {
   return out;
 }
 
-uint64_t mem_mib(const std::string& v) {
-  char* end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
-  switch (end && *end ? *end : 'M') {
-    case 'K': return static_cast<uint64_t>(x / 1024);
-    case 'G': return static_cast<uint64_t>(x * 1024);
-    case 'T': return static_cast<uint64_t>(x * 1024 * 1024);
-    default: return static_cast<uint64_t>(x);
-  }
+// slurmctld fills in a job's user name lazily: a journal record may carry
+// only the uid.
+std::string user_name_of(uint32_t uid, const std::string& recorded) {
+  if (!recorded.empty()) return recorded;
+  if (struct passwd* pw = getpwuid(uid)) return pw->pw_name;
+  return std::to_string(uid);
 }
 
+// How long after its start a run may still be missing from slurmdbd
+// without anything being wrong (slurmctld tells slurmdbd asynchronously).
+constexpr int64_t kJournalSettleSeconds = 60;
+
+// The journal's records for [start, end] from the day files in `dir`.  A
+// directory that cannot be read is said and skipped: the check of starts
+// is then not made.
+planc::JournalRead read_journal_dir(const std::string& dir, int64_t start, int64_t end) {
+  planc::JournalRead all;
+  bool any = false;
+  for (const std::string& name : planc::journal_files_for(start, end)) {
+    std::ifstream in(dir + "/" + name, std::ios::binary);
+    if (!in) continue;
+    any = true;
+    std::ostringstream text;
+    text << in.rdbuf();
+    planc::JournalRead r = planc::read_journal(text.str());
+    all.damaged += r.damaged;
+    for (planc::Segment& s : r.starts)
+      if (s.start_time >= start && s.start_time <= end) all.starts.push_back(std::move(s));
+  }
+  if (!any)
+    std::cerr << "planc-bill: no run-start journal for the window in " << dir
+              << " (slurmctld/planc writes it; run reconcile on the controller's host, or pass "
+                 "--journal DIR): starts unknown to both the bills and slurmdbd are not checked\n";
+  return all;
+}
+
+// slurmdbd's runs are read through libslurmdb (tools/slurmdbd_runs.h), as
+// structured records: a job name is data, never a place where a record
+// could end or a field begin.  A run counts as billed when a bill has its
+// key (cluster, job id, start time); only runs slurmdbd returned for this
+// query are listed or filled.
 int cmd_reconcile(planc::BillStore& store, const Options& o) {
   if (!o.start || !o.end) die("reconcile needs -S and -E");
   std::string conf = o.planc_conf;
@@ -368,129 +413,85 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
   }
   auto cfg = planc::load_config(conf);
   if (!cfg.ok()) die(cfg.error());
-  const char sep = '\x1f';
-  const std::vector<std::string> fields = {
-      "JobIDRaw", "Cluster", "JobID", "", "", "", "Submit",
-      "Start", "End", "Suspended", "UID", "User", "Account", "QOS", "Partition", "NodeList",
-      "NNodes", "State", "ExitCode", "ReqTRES", "AllocTRES", "AllocCPUS", "AdminComment", "JobName"};
-  // Array and het identity come from the formatted JobID (123_4, 123+1);
-  // the empty names keep the field numbers of the list below.
-  std::string fmt;
-  size_t printed = 0;
-  for (const auto& f : fields) {
-    if (f.empty()) continue;
-    fmt += (fmt.empty() ? "" : ",") + f;
-    printed++;
-  }
-  auto local = [](int64_t t) {  // sacct reads local time
-    time_t tt = static_cast<time_t>(t);
-    struct tm tm;
-    localtime_r(&tt, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    return std::string(buf);
-  };
-  std::string out = run({"sacct", "--duplicates", "-X", "-a", "-n", "-P", "--delimiter", std::string(1, sep),
-                         "-S", local(o.start), "-E", local(o.end), "-o", fmt});
-  std::map<uint32_t, uint32_t> seg_no;
+  auto site = planc::load_slurm_site();
+  if (!site.ok()) die(site.error());
+  auto got = planc::slurmdbd_runs(site.value().cluster, o.start, o.end);
+  if (!got.ok()) die(got.error());
   std::vector<planc::Bill> runs;
-  size_t segments = 0;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<std::string> got = split(line, sep);
-    if (got.size() != printed) continue;
-    std::vector<std::string> v(got.begin(), got.begin() + 3);
-    v.insert(v.end(), 3, "");
-    v.insert(v.end(), got.begin() + 3, got.end());
-    auto num = [](const std::string& s) { return std::strtoll(s.c_str(), nullptr, 10); };
-    std::string state = v[17].substr(0, v[17].find(' '));
-    int64_t start = num(v[7]), end = num(v[8]);
-    // Only runs that ended: not pending, not still running, not never-run.
-    if (!start || !end || state == "RUNNING" || state == "PENDING" || end < start) continue;
-    planc::Segment s;
-    s.job_id = static_cast<uint32_t>(num(v[0]));
-    s.segment = seg_no[s.job_id]++;
-    s.cluster = v[1];
-    s.start_time = start;
-    s.end_time = end;
-    segments++;
-    if (size_t u = v[2].find('_'); u != std::string::npos && v[2].find('[') == std::string::npos) {
-      s.array_job_id = static_cast<uint32_t>(num(v[2].substr(0, u)));
-      s.array_task_id = static_cast<uint32_t>(num(v[2].substr(u + 1)));
-    }
-    if (size_t p = v[2].find('+'); p != std::string::npos) {
-      s.het_job_id = static_cast<uint32_t>(num(v[2].substr(0, p)));
-      s.het_job_offset = static_cast<uint32_t>(num(v[2].substr(p + 1)));
-    }
-    s.submit_time = num(v[6]);
-    // Suspended is [DD-]HH:MM:SS.
-    {
-      int d = 0, h = 0, m = 0, sec = 0;
-      if (std::sscanf(v[9].c_str(), "%d-%d:%d:%d", &d, &h, &m, &sec) == 4)
-        s.suspended_seconds = ((d * 24 + h) * 60 + m) * 60 + sec;
-      else if (std::sscanf(v[9].c_str(), "%d:%d:%d", &h, &m, &sec) == 3)
-        s.suspended_seconds = (h * 60 + m) * 60 + sec;
-    }
-    s.uid = static_cast<uint32_t>(num(v[10]));
-    s.user = v[11];
-    s.account = v[12];
-    s.qos = v[13];
-    s.partition = v[14];
-    s.nodes = v[15];
-    s.node_count = static_cast<uint32_t>(num(v[16]));
-    s.state = state;
-    s.exit_code = 0;
-    s.tres_req = v[19];
-    s.tres_alloc = v[20];
-    s.cpus = static_cast<uint32_t>(num(v[21]));
-    s.admin_comment = v[22];
-    s.free_attempt = planc::has_free_attempt_mark(s.admin_comment);
-    s.job_name = v[23];
-    for (const std::string& kv : split(v[20], ',')) {
-      size_t eq = kv.find('=');
-      if (eq == std::string::npos) continue;
-      std::string k = kv.substr(0, eq), val = kv.substr(eq + 1);
-      if (k == "mem") s.mem_mib = mem_mib(val);
-      if (k.rfind("gres/", 0) == 0) {
-        std::vector<std::string> parts = split(k.substr(5), ':');
-        planc::GresUse g{parts[0], parts.size() > 1 ? parts[1] : "",
-                         static_cast<uint64_t>(std::strtoull(val.c_str(), nullptr, 10))};
-        // An untyped total and typed ones both appear: keep the typed ones.
-        bool typed_later = parts.size() == 1 && v[20].find("gres/" + parts[0] + ":") != std::string::npos;
-        if (!typed_later) s.gres.push_back(g);
-      }
-    }
+  std::set<uint32_t> job_ids;
+  std::set<planc::RunKey> ended;  // runs slurmdbd has to their end
+  for (planc::Segment& s : got.value().ended) {
+    job_ids.insert(s.job_id);
+    ended.insert({s.cluster, s.job_id, s.start_time});
+    planc::make_text_valid_utf8(&s);
     planc::Bill b = planc::price_segment(cfg.value(), s);
     b.note += "filled by planc-bill reconcile from slurmdbd; ";
+    if (s.job_name.find('?') != std::string::npos)
+      b.note += "job name as slurmdbd stored it: slurmdbd keeps a '?' for each character its "
+                "database cannot hold (outside Latin-1, e.g. CJK); ";
     runs.push_back(std::move(b));
   }
-  // The bills of those jobs, by job id rather than by time: sacct selects
-  // jobs eligible in the window, which may have started after it.
+  // The run-start journal (slurmctld/planc): the starts in the window.
+  std::string journal = o.journal.empty() ? site.value().state_save_location + "/" +
+                                                planc::kJournalDir
+                                          : o.journal;
+  planc::JournalRead starts = read_journal_dir(journal, o.start, o.end);
+  for (const planc::Segment& r : starts.starts) job_ids.insert(r.job_id);
+  // The bills of those jobs, by job id rather than by time: slurmdbd
+  // selects jobs eligible in the window, which may have started after it.
   planc::BillFilter f;
-  for (const auto& [id, n] : seg_no) f.job_ids.push_back(id);
-  std::set<std::tuple<std::string, uint32_t, int64_t>> keys;
+  f.job_ids.assign(job_ids.begin(), job_ids.end());
+  std::set<planc::RunKey> billed;
   if (!f.job_ids.empty()) {
     auto have = store.query(f);
     if (!have.ok()) die(have.error());
-    for (const auto& b : have.value()) keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time);
+    for (const auto& b : have.value()) billed.insert({b.seg.cluster, b.seg.job_id, b.seg.start_time});
   }
   std::vector<planc::Bill> missing;
   for (planc::Bill& b : runs)
-    if (!keys.count({b.seg.cluster, b.seg.job_id, b.seg.start_time})) missing.push_back(std::move(b));
+    if (!billed.count({b.seg.cluster, b.seg.job_id, b.seg.start_time})) missing.push_back(std::move(b));
   std::cout << "reconcile " << planc::pg_timestamp(o.start) << " .. " << planc::pg_timestamp(o.end)
-            << ": " << segments << " run segment(s) in slurmdbd, " << missing.size()
+            << ": " << runs.size() << " run segment(s) in slurmdbd, " << missing.size()
             << " without a bill\n";
   for (const auto& b : missing)
     std::cout << "  missing: job " << b.seg.job_id << " start " << planc::pg_timestamp(b.seg.start_time)
               << " " << b.seg.state << " user " << b.seg.user << " account " << b.seg.account
-              << " amount " << planc::format_minor(b.amount_minor) << "\n";
+              << " amount " << planc::format_micros6(b.amount_micros) << "\n";
   if (o.fill && !missing.empty()) {
     auto r = store.write(missing, "reconcile");
     if (!r.ok()) die(r.error());
     std::cout << "filled " << r.value() << " bill(s)\n";
   }
-  return missing.empty() || o.fill ? 0 : 3;
+  // Starts no bill, no ended slurmdbd record and no running job accounts
+  // for: runs that reached the nodes while the controller that started
+  // them was killed before it saved them.  A slurmdbd record with a start
+  // and no end of a job slurmctld no longer has is a runaway: its end is
+  // not known either.  The last minute is left out: slurmdbd may not have
+  // been told yet.
+  auto running = planc::slurmctld_current_runs(site.value().cluster);
+  if (!running.ok()) die(running.error());
+  std::set<planc::RunKey> known = std::move(running).value();
+  known.insert(billed.begin(), billed.end());
+  known.insert(ended.begin(), ended.end());
+  const std::set<planc::RunKey>& unended = got.value().unended;
+  const int64_t settled = std::min<int64_t>(o.end, time(nullptr) - kJournalSettleSeconds);
+  std::vector<planc::Segment> hidden = planc::unrecorded_starts(starts.starts, known, o.start, settled);
+  std::cout << "run-start journal " << journal << ": " << starts.starts.size() << " start(s), "
+            << hidden.size() << " with neither a bill nor an end in slurmdbd";
+  if (starts.damaged) std::cout << ", " << starts.damaged << " damaged line(s) skipped";
+  std::cout << "\n";
+  for (const planc::Segment& r : hidden)
+    std::cout << "  unrecorded: job " << r.job_id << " start " << planc::pg_timestamp(r.start_time)
+              << " user " << user_name_of(r.uid, r.user) << " account " << r.account << " qos "
+              << r.qos << " nodes " << r.nodes << " cpus " << r.cpus << " requested " << r.tres_req
+              << (unended.count({r.cluster, r.job_id, r.start_time})
+                      ? " (slurmdbd: runaway, started and never ended)"
+                      : " (slurmdbd: no record)")
+              << "\n";
+  if (!hidden.empty())
+    std::cout << "  (these ran on the nodes but no bill can be filled: their end is recorded "
+                 "nowhere Plan C reads; see README, \"After a controller crash\")\n";
+  return (missing.empty() || o.fill) && hidden.empty() ? 0 : 3;
 }
 
 // --- sync-roles --------------------------------------------------------------------------

@@ -1,4 +1,6 @@
 // jobcomp/planc's costs against the alternatives, in one process, one run.
+// (slurmctld/planc's job-begin hook appends the same record the same way
+// to its run-start journal: figure 1 is its cost too.)
 //
 //  1. The callback: what jobcomp_p_log_record does under slurmctld's job
 //     write lock after reading the job (serialize_segment + one locked
@@ -148,14 +150,16 @@ int main(int argc, char** argv) {
   exec(pg, "SET TIME ZONE 'UTC'");
   exec(pg, "TRUNCATE planc.bill, planc.usage_hourly");
   std::string ins = std::string("INSERT INTO planc.bill (") + planc::kBillColumns + ") VALUES (";
-  for (int j = 1; j <= 41; j++) ins += (j > 1 ? ",$" : "$") + std::to_string(j);
+  const int columns = 1 + static_cast<int>(std::count(planc::kBillColumns,
+                                                     planc::kBillColumns + std::strlen(planc::kBillColumns), ','));
+  for (int j = 1; j <= columns; j++) ins += (j > 1 ? ",$" : "$") + std::to_string(j);
   ins += ")";
   std::vector<double> sync;
   sync.reserve(n_sync);
   for (size_t i = 0; i < n_sync; i++) {
     auto t0 = Clock::now();
     planc::Bill b = planc::price_segment(cfg, segs[i]);
-    // The same 41 values as the COPY row, as parameters.
+    // The same values as the COPY row, as parameters.
     std::string row = planc::bill_copy_row(b, "sync");
     row.pop_back();
     std::vector<std::string> vals;

@@ -9,11 +9,15 @@ import csv
 import datetime
 import io
 import json
+import math
 import os
+import pwd
 import re
 import signal
+import stat
 import subprocess
 import time
+from fractions import Fraction
 
 import pytest
 
@@ -35,13 +39,23 @@ def psql(c, sql, *params, user="postgres"):
 
 def bills(c, jobid_sql_filter, *params):
     cols = ("job_id,segment,user_name,account,tier,qos,state,cpus,mem_mib,gpu_cards,"
-            "billable_seconds,card_seconds,core_seconds,amount_minor,zero_reason,job_name,"
+            "billable_seconds,card_seconds,core_seconds,amount_minor,amount_micros,zero_reason,"
+            "wait_status,exit_status,exit_signal,exit_code,source,note,job_name,"
             "extract(epoch from start_time)::bigint,extract(epoch from end_time)::bigint")
     rows = psql(c, f"SELECT {cols} FROM planc.bill WHERE {jobid_sql_filter} ORDER BY segment, start_time",
                 *params)
     keys = [k.split(".")[-1].split(" ")[0] for k in cols.split(",")]
     keys[-2:] = ["start", "end"]
     return [dict(zip(keys, r)) for r in rows]
+
+
+def exact_micros(cards, cores, mem_mib, seconds, permille=1000):
+    """The exact amount in micro-CNY at the example's list prices (20.00 per
+    card-hour, 0.10 per core-hour, 0.01 per GiB-hour) and a tier factor,
+    rounded half up once, as common/billing.h does: exact arithmetic."""
+    per_hour = Fraction(cards * 20_000_000 + cores * 100_000) + Fraction(mem_mib * 10_000, 1024)
+    exact = per_hour * seconds * permille / (3600 * 1000)
+    return math.floor(exact + Fraction(1, 2))
 
 
 def wait_bills(c, jobid, n, timeout=60):
@@ -94,9 +108,10 @@ def test_completed_p0_bill_matches_allocation_and_elapsed(c):
     assert float(b["card_seconds"]) == 2 * elapsed
     assert int(b["core_seconds"]) == 3 * elapsed
     # List prices at P0 (x1.0): 20.00/card-hour, 0.10/core-hour, 0.01/GiB-hour,
-    # rounded half up to cents once per bill.
-    exact_cents = (2 * 20.00 + 3 * 0.10 + 3000 / 1024 * 0.01) * elapsed / 3600 * 100
-    assert int(b["amount_minor"]) == int(exact_cents + 0.5), exact_cents
+    # kept exact to a micro-unit (rounded half up once); the bill alone in
+    # cents is that rounded half up.
+    assert int(b["amount_micros"]) == exact_micros(2, 3, 3000, elapsed)
+    assert int(b["amount_minor"]) == (int(b["amount_micros"]) + 5000) // 10000
     assert b["zero_reason"] == ""
     # The owner sees it in sacct -c, with the QoS and state Slurm had.
     rows = sacct_c(c, "pcalice", "-j", jobid)
@@ -128,15 +143,14 @@ def test_p2_preempted_then_completed_has_free_and_charged_segment(small_cluster)
         print("segment:", s)
     first, second = segs[0], segs[1]
     assert (first["segment"], first["state"], first["tier"]) == ("0", "PREEMPTED", "P2")
-    assert int(first["amount_minor"]) == 0
+    assert int(first["amount_micros"]) == 0
     assert first["zero_reason"] == "preempted: unfinished preempted time is not billed"
     assert float(first["card_seconds"]) > 0, "usage is recorded even when free"
     assert (second["segment"], second["state"]) == ("1", "COMPLETED")
-    assert int(second["amount_minor"]) > 0 and second["zero_reason"] == ""
+    assert int(second["amount_micros"]) > 0 and second["zero_reason"] == ""
     # P2 price: 8 cards x 0.35 x 20.00/h (+ 1 core, memory), per second run.
     secs = int(second["billable_seconds"])
-    exact = (8 * 20.00 + 0.10 + int(second["mem_mib"]) / 1024 * 0.01) * 0.35 * secs / 3600 * 100
-    assert int(second["amount_minor"]) == int(exact + 0.5)
+    assert int(second["amount_micros"]) == exact_micros(8, 1, int(second["mem_mib"]), secs, 350)
     # The owner sees both runs in sacct -c, the preempted one first.
     rows = sacct_c(c, "pcbob", "-j", victim)
     assert [r[4] for r in rows] == ["PREEMPTED", "COMPLETED"], rows
@@ -144,8 +158,9 @@ def test_p2_preempted_then_completed_has_free_and_charged_segment(small_cluster)
     out = bill_tool(c, "list", "-j", victim, "--format", "csv", user="pcbob")
     assert out.returncode == 0, out.stderr
     listed = list(csv.DictReader(io.StringIO(out.stdout)))
-    assert [(r["State"], r["Amount"] == "0.00") for r in listed] == \
+    assert [(r["State"], float(r["Amount"]) == 0) for r in listed] == \
         [("PREEMPTED", True), ("COMPLETED", False)]
+    assert listed[1]["Amount"] == "%d.%06d" % divmod(int(second["amount_micros"]), 10**6)
     assert listed[0]["Free"].startswith("preempted")
     c.cancel_all()
 
@@ -255,18 +270,95 @@ def test_postgres_down_while_200_jobs_finish_then_all_bills_arrive_once(c):
     c.wait_for("the spool to drain", lambda: spool_files(c) in ([], [spool_files(c)[-1]]), timeout=30)
 
 
+def marked_array(c, tasks, body):
+    """Submits a pcbob P3 array whose every run first writes "<job id>
+    <time>" to a markers file: what really reached a node.  Returns (job
+    id, markers path)."""
+    markers = os.path.join(c.work, f"markers-{time.time_ns()}")
+    open(markers, "w").close()
+    os.chmod(markers, 0o666)
+    jobid, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", f"--array={tasks}", "-c", "1",
+                        "--mem=100M", "--wrap", f'echo "$SLURM_JOB_ID $(date +%s)" >> {markers}; '
+                        + body, user="pcbob")
+    assert jobid, p.stderr
+    return jobid, markers
+
+
+def utc_seconds(when):
+    return int(datetime.datetime.fromisoformat(when).replace(
+        tzinfo=datetime.timezone.utc).timestamp())
+
+
+def account_for_runs(c, markers, array_job, window):
+    """Where each run that reached a node (a line its script wrote to
+    `markers` as it began) is known: billed, only in slurmdbd, only in the
+    run-start journal (reconcile's "unrecorded"), or nowhere ("lost").
+    A run is matched by job id and a start at most 30 s before its line.
+    Returns (counts, reconcile's output)."""
+    began = [tuple(map(int, l.split())) for l in open(markers) if l.strip()]
+    billed = {(int(j), int(s)) for j, s in psql(
+        c, "SELECT job_id, extract(epoch FROM start_time)::bigint FROM planc.bill"
+           " WHERE array_job_id = :'p0'", array_job)}
+    p = c.run("sacct", "-D", "-X", "-n", "-P", "-j", array_job, "-o", "JobIDRaw,Start",
+              env=dict(c.env, SLURM_TIME_FORMAT="%s"))
+    dbd = {(int(j), int(s)) for j, s in (l.split("|") for l in p.stdout.splitlines()) if s.isdigit()}
+    r = bill_tool(c, "reconcile", "-S", str(window[0]), "-E", str(window[1]))
+    journal = {(int(j), utc_seconds(w)) for j, w in
+               re.findall(r"unrecorded: job (\d+) start (\S+ \S+?)\+00", r.stdout)}
+
+    def has(runs, job, t):
+        return any(j == job and s <= t <= s + 30 for j, s in runs)
+    counts = dict.fromkeys(("reached nodes", "billed", "slurmdbd only", "journal only", "lost"), 0)
+    for job, t in began:
+        counts["reached nodes"] += 1
+        where = ("billed" if has(billed, job, t) else "slurmdbd only" if has(dbd, job, t)
+                 else "journal only" if has(journal, job, t) else "lost")
+        counts[where] += 1
+    counts["journal starts that never reached a node"] = sum(
+        1 for j, s in journal if not any(job == j and s <= t <= s + 30 for job, t in began))
+    return counts, r
+
+
+def wait_all_runs_accounted_for(c, markers, array_job, window):
+    """Waits until no run that reached a node is lost (reconcile lists a
+    journal-only start once slurmdbd has had a minute to hear of it);
+    prints and returns (counts, reconcile's output)."""
+    counts, r = c.wait_for("every run that reached a node to be accounted for", lambda: (
+        lambda cr: cr if cr[0]["lost"] == 0 else None)(
+        account_for_runs(c, markers, array_job, window)), timeout=180, interval=5)
+    print("runs after the crash:", counts)
+    print(r.stdout)
+    return counts, r
+
+
+def restart_cluster_clean(c):
+    """The restarted slurmctld hands out again the job ids it had
+    forgotten, which the slurmd's still remember as theirs ("Duplicate
+    jobid": the node is drained).  Restart the whole cluster (state kept) so
+    the tests after a crash start clean."""
+    c.ctl("down", timeout=300)
+    up = c.ctl("up", check=False, timeout=300)
+    assert up.returncode == 0, up.stderr
+    # Drained nodes stay drained across a restart: resume them (fails
+    # harmlessly when none is).
+    c.run("scontrol", "update", "nodename=ALL", "state=resume")
+
+
+def sigkill_slurmctld(c):
+    pid = int(open(os.path.join(c.dir, "run", "slurmctld.pid")).read())
+    os.kill(pid, signal.SIGKILL)
+    c.wait_for("slurmctld to be gone", lambda: not os.path.exists(f"/proc/{pid}") or
+               open(f"/proc/{pid}/stat").read().split()[2] == "Z")
+    return time.time()
+
+
 def test_slurmctld_sigkill_while_jobs_finish_loses_no_bill(c):
     start = int(time.time()) - 5
-    jobid, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--array=0-59", "-c", "1",
-                        "--mem=100M", "--wrap", "sleep $((SLURM_ARRAY_TASK_ID % 4))", user="pcbob")
-    assert jobid, p.stderr
+    jobid, markers = marked_array(c, "0-59", "sleep $((SLURM_ARRAY_TASK_ID % 4))")
     c.wait_for("some tasks to finish", lambda: int(psql(
         c, "SELECT count(*) FROM planc.bill WHERE array_job_id = :'p0'", jobid)[0][0]) >= 5,
         timeout=120)
-    pid = int(open(os.path.join(c.dir, "run", "slurmctld.pid")).read())
-    t_kill = time.time()
-    os.kill(pid, signal.SIGKILL)
-    time.sleep(2)
+    t_kill = sigkill_slurmctld(c)
     up = c.ctl("up", check=False, timeout=300)
     assert up.returncode == 0, up.stderr
     t_up = time.time()
@@ -286,30 +378,47 @@ def test_slurmctld_sigkill_while_jobs_finish_loses_no_bill(c):
     print(r.stdout, r.stderr)
     # A run that began after slurmctld's last state save and ended while it
     # was down never reaches jobcomp: the restarted slurmctld does not know
-    # it ran.  slurmdbd does, and reconcile lists it.  Only such runs may be
+    # it ran.  slurmdbd may, and reconcile lists it.  Only such runs may be
     # missing: each started inside the crash window.
     missing = re.findall(r"missing: job (\d+) start (\S+ \S+?)\+00", r.stdout)
     counted = re.search(r" (\d+) without a bill", r.stdout)
     assert counted and int(counted.group(1)) == len(missing), r.stdout  # every one checked
     for job, when in missing:
-        t = datetime.datetime.fromisoformat(when).replace(
-            tzinfo=datetime.timezone.utc).timestamp()
-        assert t_kill - 60 <= t <= t_up, f"job {job} started at {when}, outside the crash window"
+        assert t_kill - 60 <= utc_seconds(when) <= t_up, \
+            f"job {job} started at {when}, outside the crash window"
     fill = bill_tool(c, "reconcile", "-S", str(start), "-E", str(end), "--fill", user=None)
-    again = bill_tool(c, "reconcile", "-S", str(start), "-E", str(end), user=None)
-    print(fill.stdout, again.stdout)
-    # The restarted slurmctld hands out again the job ids it had forgotten,
-    # which the slurmd's still remember as theirs ("Duplicate jobid": the
-    # node is drained).  Restart the whole cluster (state kept) so the tests
-    # after this one start clean.
-    c.ctl("down", timeout=300)
+    print(fill.stdout)
+    # Every run that reached a node is billed, in slurmdbd, or named by the
+    # run-start journal; once slurmdbd has had a minute, reconcile says so.
+    counts, again = wait_all_runs_accounted_for(c, markers, jobid, (start, end))
+    restart_cluster_clean(c)
+    assert r.returncode in (0, 3), r.stdout + r.stderr
+    # After an admin's `reconcile --fill` for the crash window, nothing is
+    # without a bill; what is left are runs only the journal knows, which
+    # no one can bill without their end.
+    assert " 0 without a bill" in again.stdout, again.stdout
+    assert again.returncode == (3 if counts["journal only"] else 0), again.stdout
+
+
+def test_slurmctld_sigkill_as_runs_launch_journal_names_every_hidden_run(c):
+    """slurmctld SIGKILLed within about a second of launching a new array's
+    runs: the restarted controller may know the array as pending (it runs
+    it again) or not at all, and slurmdbd never heard of those first runs.
+    Every one of them that reached a node is named by the run-start journal
+    (reconcile's "unrecorded")."""
+    start = int(time.time()) - 5
+    jobid, markers = marked_array(c, "0-23", "sleep 20")
+    c.wait_for("the first run on a node", lambda: os.path.getsize(markers) > 0, interval=0.05)
+    sigkill_slurmctld(c)
     up = c.ctl("up", check=False, timeout=300)
     assert up.returncode == 0, up.stderr
-    assert r.returncode in (0, 3), r.stdout + r.stderr
-    assert fill.returncode == 0, fill.stdout + fill.stderr
-    # After an admin's `reconcile --fill` for the crash window, nothing is
-    # without a bill.
-    assert again.returncode == 0 and " 0 without a bill" in again.stdout, again.stdout
+    # Tasks held after a refused launch ("Duplicate jobid") are released as
+    # an admin would (all_done); drained nodes are resumed at the end.
+    all_done(c, jobid, "the array to end")
+    end = int(time.time()) + 5
+    counts, _ = wait_all_runs_accounted_for(c, markers, jobid, (start, end))
+    restart_cluster_clean(c)
+    assert counts["reached nodes"] >= 1 and counts["lost"] == 0
 
 
 def test_report_totals_by_account_user_tier_and_hour(c):
@@ -320,11 +429,19 @@ def test_report_totals_by_account_user_tier_and_hour(c):
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert rows and {r["User"] for r in rows} == {"pcbob"}
-    (sum_amount,) = psql(c, "SELECT sum(amount_minor) FROM planc.bill WHERE user_name = 'pcbob'")
-    assert round(sum(r["Amount"] for r in rows) * 100) == int(sum_amount[0])
+    # Each line is the exact sum of its bills, rounded once to cents.
+    exact = {(a, t): int(m) for a, t, m in psql(
+        c, "SELECT account, tier, sum(amount_micros) FROM planc.bill WHERE user_name = 'pcbob'"
+           " GROUP BY account, tier")}
+    assert {(r["Account"], r["Tier"]): (round(r["AmountExact"] * 10**6), round(r["Amount"] * 100))
+            for r in rows} == {k: (m, (m + 5000) // 10000) for k, m in exact.items()}
     table = bill_tool(c, "report", "--by", "day,tier", user="pcbob")
     assert table.returncode == 0 and "TOTAL" in table.stdout, table.stderr
     print(table.stdout)
+    # TOTAL is the sum of the printed (rounded) lines, as on an invoice.
+    lines = [l.split() for l in table.stdout.splitlines()[2:]]
+    assert lines[-1][0] == "TOTAL"
+    assert sum(round(float(l[-1]) * 100) for l in lines[:-1]) == round(float(lines[-1][-1]) * 100)
     bad = bill_tool(c, "report", "--by", "planet", user="pcbob")
     assert bad.returncode != 0 and "--by 'planet': use account, user, tier, day or hour" in bad.stderr
 
@@ -361,3 +478,283 @@ def test_job_name_that_is_not_utf8_is_billed_and_billing_goes_on(c):
     assert b["job_name"] == "bad\ufffdname"
     after, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "true", user="pcbob")
     wait_bills(c, after, 1)
+
+
+def test_postgres_log_is_private(c):
+    """PostgreSQL's log quotes failing statements, other users' data in them:
+    only postgres may read it (700 directory, 600 files), as a packaged
+    PostgreSQL keeps /var/log/postgresql."""
+    marker = f"planc-private-{os.getpid()}-{time.time_ns()}"
+    env = {k: v for k, v in c.env.items() if k != "PGUSER"}
+    q = c.run("psql", "-X", "-U", "pcalice", "-c", f"SELECT '{marker}'::int", user="pcalice",
+              env=env)
+    assert q.returncode != 0, "the statement must fail, so that PostgreSQL logs it"
+    logdir = os.path.join(c.dir, "log", "postgresql")
+    log = os.path.join(logdir, "postgres.log")
+    c.wait_for("the failing statement in PostgreSQL's log",
+               lambda: marker in open(log, errors="replace").read())
+    for path, mode in ((logdir, 0o700), (log, 0o600)):
+        st = os.stat(path)
+        assert (stat.S_IMODE(st.st_mode), pwd.getpwuid(st.st_uid).pw_name) == (mode, "postgres"), path
+    peek = c.run("cat", log, user="pcbob")
+    assert peek.returncode != 0 and "Permission denied" in peek.stderr
+    # No other file under the cluster's log directory another user can read
+    # holds it.
+    for root, _, files in os.walk(os.path.join(c.dir, "log")):
+        for f in files:
+            path = os.path.join(root, f)
+            if c.run("test", "-r", path, user="pcbob").returncode == 0:
+                assert marker not in open(path, errors="replace").read(), path
+
+
+def test_scontrol_requeue_bill_says_requeued_like_sacct(c):
+    jobid, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "sleep 300", user="pcbob")
+    assert jobid, p.stderr
+    c.wait_for("the job to run", lambda: c.state(jobid) == "RUNNING", timeout=60)
+    time.sleep(1)  # one billable second at least
+    c.run("scontrol", "requeue", jobid, check=True)
+    (b,) = wait_bills(c, jobid, 1)
+    env = dict(c.env, SLURM_TIME_FORMAT="%s")
+
+    def sacct_state():
+        p = c.run("sacct", "-D", "-X", "-n", "-P", "-j", jobid, "-o", "Start,State", env=env)
+        return dict(l.split("|") for l in p.stdout.splitlines()).get(b["start"])
+    in_sacct = c.wait_for("slurmdbd's record of the requeued run", sacct_state)
+    c.run("scancel", jobid)
+    print("bill:", b, "sacct:", in_sacct)
+    assert (b["segment"], b["state"], in_sacct) == ("0", "REQUEUED", "REQUEUED")
+    # A requeue by an admin is not a preemption: the run is charged.
+    assert int(b["billable_seconds"]) >= 1 and int(b["amount_micros"]) > 0 and b["zero_reason"] == ""
+    assert [r[4] for r in sacct_c(c, "pcbob", "-j", jobid)] == ["REQUEUED"]
+
+
+def test_exit_codes_in_bills_are_what_sacct_shows(c):
+    exited, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "exit 143", user="pcbob")
+    killed, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "kill -9 $$", user="pcbob")
+    assert exited and killed
+    env = {k: v for k, v in c.env.items() if k != "PGUSER"}
+    # wait status, WEXITSTATUS, WTERMSIG, sacct's ExitCode
+    for jobid, want in ((exited, ("36608", "143", "0", "15:0")), (killed, ("9", "0", "9", "0:9"))):
+        (b,) = wait_bills(c, jobid, 1)
+        shown = c.wait_for("sacct's ExitCode", lambda: c.sacct_field(jobid, "ExitCode") or None)
+        print(jobid, "bill:", [b[k] for k in ("wait_status", "exit_status", "exit_signal",
+                                              "exit_code")], "sacct:", shown)
+        assert shown == want[3]
+        assert (b["wait_status"], b["exit_status"], b["exit_signal"], b["exit_code"]) == want
+        # sacct -c (the bills) prints the same ExitCode as plain sacct.
+        p = c.run("sacct", "-c", "-n", "-P", "-j", jobid, "-o", "ExitCode", user="pcbob", env=env)
+        assert p.stdout.strip() == shown, p.stderr
+        out = bill_tool(c, "list", "-j", jobid, "--format", "json", user="pcbob")
+        assert [r["ExitCode"] for r in json.loads(out.stdout)] == [shown]
+
+
+def bills_raw(c, jobids):
+    """Bills of `jobids` keyed by job id; the job name hex-encoded, since it
+    may hold newlines and the field separator."""
+    rows = psql(c, "SELECT job_id, user_name, account, source, state, wait_status, exit_code,"
+                   " amount_micros, note, encode(convert_to(job_name, 'UTF8'), 'hex')"
+                   " FROM planc.bill WHERE job_id = ANY(string_to_array(:'p0', ',')::bigint[])",
+                ",".join(jobids))
+    keys = ("job_id", "user_name", "account", "source", "state", "wait_status", "exit_code",
+            "amount_micros", "note", "job_name")
+    out = {}
+    for r in rows:
+        b = dict(zip(keys, r))
+        b["job_name"] = bytes.fromhex(b["job_name"]).decode()
+        out[b["job_id"]] = b
+    return out
+
+
+def spoil_spool_records(c, jobs):
+    """Spoils every spool record of `jobs` in the closed spool files (all
+    but the newest, which slurmctld appends to); True once all are found."""
+    d = os.path.join(c.dir, "state", "ctld", "planc_jobcomp")
+    found = set()
+    for f in spool_files(c)[:-1]:
+        path = os.path.join(d, f)
+        lines = open(path, "rb").read().split(b"\n")
+        for i, line in enumerate(lines):
+            fields = line.split(b"\t")
+            if len(fields) > 2 and fields[2].decode() in jobs:
+                found.add(fields[2].decode())
+                if line.startswith(b"planc-seg-2\t"):
+                    lines[i] = b"planc-seg-X" + line[len(b"planc-seg-2"):]
+        with open(path, "r+b") as out:  # same size, in place
+            out.write(b"\n".join(lines))
+    return found == set(jobs)
+
+
+def test_reconcile_reads_records_not_text_a_crafted_name_forges_nothing(c):
+    """A job name can hold a newline and sacct's delimiter.  Once (text
+    read from `sacct -P`) the name below planted a bill for pcalice, and a
+    \\x1f in a name hid its run from reconcile.  Reconcile reads slurmdbd's
+    records through libslurmdb: only real runs, with their real owners."""
+    t0 = int(time.time()) - 5
+    now = int(time.time())
+    alice = pwd.getpwnam("pcalice").pw_uid
+    tres = "billing=8,cpu=8,gres/gpu=8,mem=8G,node=1"
+    # The fields reconcile used to ask sacct for, in its order: a whole
+    # record of pcalice's (P0, 8 GPUs, 3,540 s), after a newline.
+    forged = "\x1f".join(["990001", "planc", "990001", str(now - 3600), str(now - 3600),
+                          str(now - 60), "00:00:00", str(alice), "pcalice", "acct-lease",
+                          "p0-lease", "gpu", "gpu1", "1", "COMPLETED", "0:0", tres, tres, "8", "",
+                          "forged"])
+    names = ["x\n" + forged, "a\x1fb\x1fc", "naïve 名字 run"]
+    # Their bills are lost on the way, as when a spool line is damaged:
+    # with PostgreSQL down the spool files wait, and each record of these
+    # jobs is spoiled (its checksum no longer matches: jobcomp logs and
+    # skips it).  reconcile must find all three runs in slurmdbd.
+    pg_ctl(c, "stop")
+    jobs = {}
+    try:
+        for name in names:
+            jobid, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "-J", name, "--wrap", "exit 3",
+                                user="pcbob")
+            assert jobid, p.stderr
+            jobs[jobid] = name
+        spoiled = c.wait_for("the runs' records in closed spool files",
+                             lambda: spoil_spool_records(c, jobs), timeout=120)
+        print("spoiled spool records:", spoiled)
+    finally:
+        up = c.ctl("up", check=False, timeout=300)
+        assert up.returncode == 0, up.stderr
+    c.wait_for("the spool to drain", lambda: len(spool_files(c)) <= 1, timeout=120)
+    assert bills_raw(c, jobs) == {}
+    c.wait_for("slurmdbd to record the runs' ends", lambda: all(
+        c.sacct_field(j, "State") == "FAILED" for j in jobs), timeout=60)
+    window = ("-S", str(t0), "-E", str(int(time.time()) + 5))
+    r = bill_tool(c, "reconcile", *window)
+    print(r.stdout, r.stderr)
+    missing = re.findall(r"missing: job (\d+) start \S+ \S+ (\S+) user (\S+) account (\S+)",
+                         r.stdout)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert sorted(m[0] for m in missing) == sorted(jobs), "every run found, none forged or hidden"
+    assert {(m[1], m[2], m[3]) for m in missing} == {("FAILED", "pcbob", "acct-spot")}
+    assert "990001" not in r.stdout and "pcalice" not in r.stdout
+    fill = bill_tool(c, "reconcile", *window, "--fill")
+    print(fill.stdout, fill.stderr)
+    assert fill.returncode == 0 and "filled 3 bill(s)" in fill.stdout, fill.stdout + fill.stderr
+    (forged_rows,) = psql(c, "SELECT count(*) FROM planc.bill WHERE job_id = 990001"
+                             " OR (source = 'reconcile' AND user_name <> 'pcbob'"
+                             "     AND recorded_at >= to_timestamp(:'p0'))", t0)
+    assert forged_rows == ["0"], "nothing filled for anyone but the runs' owner"
+    filled = bills_raw(c, jobs)
+    assert sorted(filled) == sorted(jobs)
+    for jobid, name in jobs.items():
+        b = filled[jobid]
+        assert (b["user_name"], b["account"], b["source"], b["state"]) == \
+            ("pcbob", "acct-spot", "reconcile", "FAILED")
+        # The exit code, as sacct shows it, and the whole name.
+        assert (b["wait_status"], b["exit_code"]) == ("768", c.sacct_field(jobid, "ExitCode"))
+        assert b["exit_code"] == "3:0"
+        if name.isascii():
+            assert b["job_name"] == name
+            assert "'?'" not in b["note"]
+        else:
+            # slurmdbd keeps Latin-1 and turns the rest into '?'; the note says so.
+            assert b["job_name"] == "naïve ?? run"
+            assert "slurmdbd keeps a '?' for each character its database cannot hold" in b["note"]
+
+
+def hour_slices(start, end, micros):
+    """planc's split of a bill over clock hours (common/billing.h): floor
+    rule, so the slices add up to the bill."""
+    wall, h = end - start, start - start % 3600
+    if wall <= 0:
+        return {h: micros}
+    out = {}
+    while h < end:
+        a, z = max(h, start) - start, min(h + 3600, end) - start
+        out[h] = micros * z // wall - micros * a // wall
+        h += 3600
+    return out
+
+
+def test_short_runs_are_billed_exactly_and_rounded_once_per_invoice_line(c):
+    """40 one-second P3 runs on one GPU: each bill is about 0.002-0.004 CNY.
+    Rounded per bill to fen they were all 0.00; the report sums the exact
+    amounts and rounds each line once."""
+    t0 = int(time.time())
+    jobid, p = c.sbatch("-A", "acct-nodefault", "--qos=p3-spot", "--gres=gpu:1", "--array=0-39%20",
+                        "--wrap", "sleep 1", user="pccarol")
+    assert jobid, p.stderr
+    all_done(c, jobid, "40 short runs to finish")
+    rows = c.wait_for("40 bills", lambda: (lambda r: r if len(r) >= 40 else None)(psql(
+        c, "SELECT amount_micros, amount_minor, zero_reason, billable_seconds FROM planc.bill"
+           " WHERE array_job_id = :'p0' AND state = 'COMPLETED'", jobid)), timeout=120)
+    micros = sum(int(r[0]) for r in rows)
+    per_bill_cents = sum(int(r[1]) for r in rows)
+    print(f"{len(rows)} bills: exact {micros} micro-CNY; rounded per bill {per_bill_cents} fen")
+    assert all(int(r[0]) > 0 and r[2] == "" for r in rows if int(r[3]) > 0)
+    assert all(r[2] != "" for r in rows if int(r[0]) == 0), "a zero bill says why"
+    assert per_bill_cents < (micros + 5000) // 10000, "rounding per bill would lose money"
+    # No bill anywhere is 0 without a reason.
+    assert psql(c, "SELECT count(*) FROM planc.bill WHERE amount_micros = 0 AND zero_reason = ''") \
+        == [["0"]]
+    # The report's lines: one per hour, each the exact sum rounded once.
+    h0, end = t0 - t0 % 3600, int(time.time()) + 1
+    expected = {}
+    for start, stop, m in psql(
+            c, "SELECT extract(epoch FROM start_time)::bigint, extract(epoch FROM end_time)::bigint,"
+               " amount_micros FROM planc.bill WHERE user_name = 'pccarol'"
+               " AND account = 'acct-nodefault' AND tier = 'P3'"
+               " AND end_time >= to_timestamp(:'p0')", h0):
+        for h, part in hour_slices(int(start), int(stop), int(m)).items():
+            if h0 <= h < end:
+                expected[h] = expected.get(h, 0) + part
+    out = bill_tool(c, "report", "--by", "account,user,tier,hour", "-u", "pccarol", "-A",
+                    "acct-nodefault", "-S", str(h0), "-E", str(end), "--format", "json",
+                    user="pccarol")
+    assert out.returncode == 0, out.stderr
+    lines = [l for l in json.loads(out.stdout) if l["Tier"] == "P3"]
+    print(lines)
+    got = {l["Hour(UTC)"]: (round(l["AmountExact"] * 10**6), round(l["Amount"] * 100))
+           for l in lines}
+    want = {time.strftime("%Y-%m-%dT%H:00", time.gmtime(h)): (m, (m + 5000) // 10000)
+            for h, m in expected.items()}
+    assert got == want
+
+
+def test_migration_0002_backfills_bills_stored_before_it(c):
+    """Bills and hourly rows written under schema 0001 get the exit columns
+    and micro-unit amounts; a zero bill gets its reason."""
+    db = "planc_migration_test"
+    sql = os.path.join(ROOT, "sql")
+
+    def run(*args, **kw):
+        p = subprocess.run(["psql", "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-U", "postgres",
+                            *args], capture_output=True, text=True, env=c.env, timeout=120, **kw)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+    run("-d", "postgres", "-c", f"DROP DATABASE IF EXISTS {db}")
+    run("-d", "postgres", "-c", f"CREATE DATABASE {db}")
+    try:
+        run("-d", db, "-1", "-f", os.path.join(sql, "0001_billing.sql"))
+        row = ("'planc', {id}, to_timestamp({id}), to_timestamp({id} + 10), 0, NULL, NULL, NULL,"
+               " NULL, NULL, 1, 'u', 'a', 'P3', 'p3-spot', 'gpu', 'gpu1', 1, 'FAILED', {ec}, 'j',"
+               " '', '', 1, 100, 1, '', 10, 10, 10, 1, 'CNY', 20, 0.1, 0.01, 0.4, {amount}, '',"
+               " '', '', 'jobcomp'")
+        run("-d", db, "-c", "INSERT INTO planc.bill VALUES (" + row.format(id=1, ec=36608, amount=5)
+            + "), (" + row.format(id=2, ec=9, amount=0) + ");"
+            " INSERT INTO planc.usage_hourly VALUES (to_timestamp(0), 'planc', 'a', 'u', 'P3',"
+            " 20, 20, 2, 5, 2)")
+        run("-d", db, "-1", "-f", os.path.join(sql, "0002_exact_amounts_exit_codes.sql"))
+        got = run("-d", db, "-F", "|", "-c",
+                  "SELECT job_id, wait_status, exit_status, exit_signal, exit_code, amount_micros,"
+                  " amount_minor, zero_reason <> '', note <> '' FROM planc.bill ORDER BY job_id")
+        assert got.split() == ["1|36608|143|0|15:0|50000|5|f|t", "2|9|0|9|0:9|0|0|t|f"]
+        # Hourly rows: micro-units kept, cents rounded once from them.
+        run("-d", db, "-c", "INSERT INTO planc.usage_hourly (hour, cluster, account, user_name,"
+            " tier, card_seconds, core_seconds, mem_gib_seconds, amount_micros, segments) VALUES"
+            " (to_timestamp(3600), 'planc', 'a', 'u', 'P3', 0, 0, 0, 14999, 3),"
+            " (to_timestamp(7200), 'planc', 'a', 'u', 'P3', 0, 0, 0, 15000, 3)")
+        got = run("-d", db, "-F", "|", "-c", "SELECT amount_micros, amount_minor FROM"
+                  " planc.usage_hourly ORDER BY hour")
+        assert got.split() == ["50000|5", "14999|1", "15000|2"]
+        # A zero bill without a reason is refused from now on.
+        bad = subprocess.run(["psql", "-X", "-U", "postgres", "-d", db, "-c",
+                              "UPDATE planc.bill SET zero_reason = '' WHERE job_id = 2"],
+                             capture_output=True, text=True, env=c.env, timeout=60)
+        assert bad.returncode != 0 and "bill_zero_has_reason" in bad.stderr
+    finally:
+        run("-d", "postgres", "-c", f"DROP DATABASE IF EXISTS {db}")

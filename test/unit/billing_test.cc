@@ -33,7 +33,7 @@ PlancConfig config_with(const std::string& text) {
 struct PriceCase {
   const char* name;
   Segment s;
-  int64_t amount_minor;
+  int64_t amount_micros;  // 1e-6 of the currency
   const char* zero_reason;
 };
 
@@ -50,24 +50,29 @@ TEST(BillingTest, PriceTable) {
   cancelled_in_grace.preempted = true;
   const PriceCase cases[] = {
       // 8 cards x 1 h x 20.00 = 160.00
-      {"P0 list", seg("p0-lease", 3600, {h800_8}), 16000, ""},
-      {"P1 list", seg("p1-guaranteed", 3600, {h800_8}), 16000, ""},
+      {"P0 list", seg("p0-lease", 3600, {h800_8}), 160'000'000, ""},
+      {"P1 list", seg("p1-guaranteed", 3600, {h800_8}), 160'000'000, ""},
       // + 16 cores x 0.10 + 64 GiB x 0.01 = 162.24
-      {"P0 cores and memory", seg("p0-lease", 3600, {h800_8}, 16, 65536), 16224, ""},
-      {"P2 x0.35", seg("p2-spot", 3600, {h800_8}), 5600, ""},
-      {"P3 x0.40", seg("p3-spot", 3600, {h800_8}), 6400, ""},
+      {"P0 cores and memory", seg("p0-lease", 3600, {h800_8}, 16, 65536), 162'240'000, ""},
+      {"P2 x0.35", seg("p2-spot", 3600, {h800_8}), 56'000'000, ""},
+      {"P3 x0.40", seg("p3-spot", 3600, {h800_8}), 64'000'000, ""},
       // Unknown GPU type: DefaultCardHourPrice (20.00)
-      {"untyped gpu", seg("p0-lease", 3600, {{"gpu", "", 1}}), 2000, ""},
-      // MIG 1g.10gb = 0.142857 card: 2.85714 -> 2.86 (half up)
-      {"MIG slice", seg("p0-lease", 3600, {{"gpu", "1g.10gb", 1}}), 286, ""},
+      {"untyped gpu", seg("p0-lease", 3600, {{"gpu", "", 1}}), 20'000'000, ""},
+      // MIG 1g.10gb = 0.142857 card: 2.85714
+      {"MIG slice", seg("p0-lease", 3600, {{"gpu", "1g.10gb", 1}}), 2'857'140, ""},
       // MPS 50 of 100 per card: half a card
-      {"MPS half", seg("p0-lease", 3600, {{"mps", "", 50}}), 1000, ""},
+      {"MPS half", seg("p0-lease", 3600, {{"mps", "", 50}}), 10'000'000, ""},
       // Shards, 1 of 4 per card (config below): a quarter
-      {"shard quarter", seg("p0-lease", 3600, {{"shard", "", 1}}), 500, ""},
-      // Rounding: 1 core for 180 s = 0.005 -> 0.01; 1 core for 179 s -> 0.00
-      {"half up", seg("p0-lease", 180, {}, 1), 1, ""},
-      {"below half", seg("p0-lease", 179, {}, 1), 0, ""},
-      {"suspended time is free", suspended, 16000, ""},
+      {"shard quarter", seg("p0-lease", 3600, {{"shard", "", 1}}), 5'000'000, ""},
+      // Exact to a micro-unit, half up: 1 core for 1 s = 27.78 micros -> 28;
+      // 180 s = 5000 exactly; 179 s = 4972.2 -> 4972 (not 0: no cent lost)
+      {"one core second", seg("p0-lease", 1, {}, 1), 28, ""},
+      {"half a cent", seg("p0-lease", 180, {}, 1), 5000, ""},
+      {"under half a cent is kept", seg("p0-lease", 179, {}, 1), 4972, ""},
+      // P3, 1 GPU for 1 s, 1 core, 1 GiB: (20 + 0.10 + 0.01) x 0.40 / 3600
+      // = 2234.44 micros.  Rounded per bill to cents that was 0.00.
+      {"short P3 run", seg("p3-spot", 1, {{"gpu", "h800", 1}}, 1, 1024), 2234, ""},
+      {"suspended time is free", suspended, 160'000'000, ""},
       // Free by rule
       {"P2 preempted", seg("p2-spot", 3600, {h800_8}, 0, 0, "PREEMPTED"), 0,
        "preempted: unfinished preempted time is not billed"},
@@ -75,20 +80,92 @@ TEST(BillingTest, PriceTable) {
        "preempted: unfinished preempted time is not billed"},
       {"P2 cancelled during its grace", cancelled_in_grace, 0,
        "preempted: cancelled during its grace; unfinished preempted time is not billed"},
-      {"P0 marked PREEMPTED is still charged", seg("p0-lease", 3600, {h800_8}, 0, 0, "PREEMPTED"), 16000, ""},
-      {"P2 requeued by admin is charged", seg("p2-spot", 3600, {h800_8}, 0, 0, "REQUEUED"), 5600, ""},
+      {"P0 marked PREEMPTED is still charged", seg("p0-lease", 3600, {h800_8}, 0, 0, "PREEMPTED"),
+       160'000'000, ""},
+      {"P2 requeued by admin is charged", seg("p2-spot", 3600, {h800_8}, 0, 0, "REQUEUED"),
+       56'000'000, ""},
       {"free attempt", free_attempt, 0, "free attempt after starvation upgrade"},
       {"node failure", seg("p0-lease", 3600, {h800_8}, 0, 0, "NODE_FAIL"), 0,
        "node failure: a run lost to a failed node is not billed"},
       {"cancelled while pending", never, 0, "never ran"},
       {"zero length", seg("p0-lease", 0, {h800_8}), 0, "zero billable seconds"},
+      // Zero by arithmetic says why too
+      {"nothing allocated", seg("p0-lease", 60, {}), 0,
+       "nothing billable allocated: no GPU cards, cores or memory"},
   };
   PlancConfig cfg = config_with("CardWeight=1g.10gb:0.142857\nShardsPerCard=4\n");
   for (const PriceCase& c : cases) {
     Bill b = price_segment(cfg, c.s);
-    EXPECT_EQ(b.amount_minor, c.amount_minor) << c.name;
+    EXPECT_EQ(b.amount_micros, c.amount_micros) << c.name;
+    EXPECT_EQ(b.amount_minor, minor_of_micros(c.amount_micros)) << c.name;
     EXPECT_EQ(b.zero_reason, c.zero_reason) << c.name;
   }
+}
+
+// A bill of 0 always says why, also when the arithmetic makes it 0.
+TEST(BillingTest, ZeroByArithmeticSaysWhy) {
+  struct Case {
+    const char* name;
+    const char* conf;
+    Segment s;
+    const char* zero_reason;
+  };
+  const Case cases[] = {
+      {"free cores", "CoreHourPrice=0\n", seg("p0-lease", 3600, {}, 4), "zero price: planc.conf prices (or the tier's PriceFactor) are 0 for what it held"},
+      // 1 core for 1 s at 0.000001 per hour: 1/3600 of a micro-unit
+      {"below a micro-unit", "CoreHourPrice=0.000001\n", seg("p0-lease", 1, {}, 1),
+       "exact amount below half a micro-unit (0.0000005 CNY)"},
+  };
+  for (const Case& c : cases) {
+    Bill b = price_segment(config_with(c.conf), c.s);
+    EXPECT_EQ(b.amount_micros, 0) << c.name;
+    EXPECT_EQ(b.zero_reason, c.zero_reason) << c.name;
+  }
+}
+
+TEST(BillingTest, MinorUnitsRoundHalfUpFromMicros) {
+  struct Case {
+    int64_t micros, minor;
+  };
+  const Case cases[] = {{0, 0},       {4999, 0},     {5000, 1},         {9999, 1},
+                        {10000, 1},   {14999, 1},    {15000, 2},        {223444, 22},
+                        {-3, 0},      {160'000'000, 16000}};
+  for (const Case& c : cases) EXPECT_EQ(minor_of_micros(c.micros), c.minor) << c.micros;
+}
+
+// The defect this rule fixes: 100 one-second P3 runs on one GPU.  Rounded
+// per bill they were 0.00 each; summed exactly and rounded once per invoice
+// line they are 0.22.
+TEST(BillingTest, ShortRunsSumExactlyThenRoundOnce) {
+  PlancConfig cfg;
+  int64_t micros = 0, per_bill_minor = 0;
+  for (int i = 0; i < 100; i++) {
+    Bill b = price_segment(cfg, seg("p3-spot", 1, {{"gpu", "h800", 1}}, 1, 1024));
+    micros += b.amount_micros;
+    per_bill_minor += b.amount_minor;
+    EXPECT_EQ(b.zero_reason, "");
+  }
+  EXPECT_EQ(per_bill_minor, 0);
+  EXPECT_EQ(micros, 223'400);
+  EXPECT_EQ(minor_of_micros(micros), 22);
+}
+
+TEST(BillingTest, ExitCodeAsSacctShowsIt) {
+  struct Case {
+    uint32_t wait_status;
+    ExitCode want;
+  };
+  const Case cases[] = {
+      {0, {0, 0, "0:0"}},
+      {1 << 8, {1, 0, "1:0"}},
+      {143 << 8, {143, 0, "15:0"}},  // 36608: a shell reporting SIGTERM
+      {128 << 8, {128, 0, "0:0"}},
+      {255 << 8, {255, 0, "127:0"}},
+      {9, {0, 9, "0:9"}},                  // killed by SIGKILL
+      {15, {0, 15, "0:15"}},
+      {0x80 | 11, {0, 11, "0:11"}},        // SIGSEGV with a core dump
+  };
+  for (const Case& c : cases) EXPECT_EQ(exit_code_of(c.wait_status), c.want) << c.wait_status;
 }
 
 TEST(BillingTest, QuantitiesAndPricesRecorded) {
@@ -105,7 +182,7 @@ TEST(BillingTest, QuantitiesAndPricesRecorded) {
   EXPECT_EQ(format_card_seconds(b.card_micro_seconds), "214.285700");
   // A preempted segment is free but its usage is still on the bill.
   Bill p = price_segment(cfg, seg("p3-spot", 100, {{"gpu", "h800", 8}}, 0, 0, "PREEMPTED"));
-  EXPECT_EQ(p.amount_minor, 0);
+  EXPECT_EQ(p.amount_micros, 0);
   EXPECT_EQ(p.card_micro_seconds, 800'000'000);
 }
 
@@ -113,13 +190,13 @@ TEST(BillingTest, ShardsWithoutWeightSayWhy) {
   Bill b = price_segment(PlancConfig{}, seg("p0-lease", 3600, {{"shard", "", 2}}, 1));
   EXPECT_EQ(b.card_micros, 0);
   EXPECT_NE(b.note.find("ShardsPerCard is not set"), std::string::npos);
-  EXPECT_EQ(b.amount_minor, 10);  // the core is still charged: 0.10
+  EXPECT_EQ(b.amount_micros, 100'000);  // the core is still charged: 0.10
 }
 
 TEST(BillingTest, UnknownQosChargedAtListPriceWithNote) {
   Bill b = price_segment(PlancConfig{}, seg("normal", 3600, {{"gpu", "h800", 1}}));
   EXPECT_EQ(b.tier, "");
-  EXPECT_EQ(b.amount_minor, 2000);
+  EXPECT_EQ(b.amount_micros, 20'000'000);
   EXPECT_NE(b.note.find("not a Plan C tier"), std::string::npos);
 }
 
@@ -140,13 +217,13 @@ TEST(BillingTest, HourSplitAddsUp) {
     int64_t amount = 0, cards = 0, cores = 0, mem = 0, secs = 0;
     for (const HourSlice& h : slices) {
       EXPECT_EQ(h.hour % 3600, 0);
-      amount += h.amount_minor;
+      amount += h.amount_micros;
       cards += h.card_micro_seconds;
       cores += h.core_seconds;
       mem += h.mem_mib_seconds;
       secs += h.seconds;
     }
-    EXPECT_EQ(amount, b.amount_minor);
+    EXPECT_EQ(amount, b.amount_micros);
     EXPECT_EQ(cards, b.card_micro_seconds);
     EXPECT_EQ(cores, b.core_seconds);
     EXPECT_EQ(mem, b.mem_mib_seconds);
@@ -158,15 +235,15 @@ TEST(BillingTest, HourSplitAddsUp) {
   s.end_time = s.start_time + 2;
   auto slices = split_by_hour(price_segment(cfg, s));
   ASSERT_EQ(slices.size(), 2u);
-  EXPECT_EQ(slices[0].amount_minor, 10);
-  EXPECT_EQ(slices[1].amount_minor, 10);
+  EXPECT_EQ(slices[0].amount_micros, 100'000);
+  EXPECT_EQ(slices[1].amount_micros, 100'000);
 }
 
 TEST(BillingTest, ZeroLengthSegmentHasOneEmptySlice) {
   Bill b = price_segment(PlancConfig{}, seg("p0-lease", 0, {{"gpu", "h800", 1}}));
   auto slices = split_by_hour(b);
   ASSERT_EQ(slices.size(), 1u);
-  EXPECT_EQ(slices[0].amount_minor, 0);
+  EXPECT_EQ(slices[0].amount_micros, 0);
 }
 
 TEST(BillingTest, FormatMinor) {
@@ -174,6 +251,8 @@ TEST(BillingTest, FormatMinor) {
   EXPECT_EQ(format_minor(5), "0.05");
   EXPECT_EQ(format_minor(16224), "162.24");
   EXPECT_EQ(format_minor(-5), "-0.05");
+  EXPECT_EQ(format_micros6(2234), "0.002234");
+  EXPECT_EQ(format_micros6(162'240'000), "162.240000");
 }
 
 TEST(BillingTest, SpoolRecordRoundTrip) {
