@@ -23,11 +23,11 @@ MARK = re.compile(r"\[planc:free-attempt\] upgraded from P3 \(p3-spot\) to P2 \(
 
 @pytest.fixture(scope="module")
 def starving(cluster):
-    cluster.set_planc_conf(["StarvationThreshold=4s", "StarvationInterval=1s", P2_LINE])
+    cluster.reload_planc_conf(["StarvationThreshold=4s", "StarvationInterval=1s", P2_LINE])
     cluster.stubborn = cluster.write_script("stubborn.sh", STUBBORN.format(work=cluster.work))
     yield cluster
     cluster.cancel_all()
-    cluster.set_planc_conf([])
+    cluster.reload_planc_conf([])
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ def lease_with_p1(c):
     assert add.returncode == 0, add.stderr
     yield c
     c.run("sacctmgr", "-i", "modify", "account", "acct-lease", "set", "QOS-=p1-guaranteed")
-    c.set_planc_conf([])
+    c.reload_planc_conf([])
 
 
 def advice_for_a_p3_victim(c):
@@ -39,9 +39,9 @@ def advice_for_a_p3_victim(c):
 
 def test_p3_alternative_from_planc_conf_changes_the_advice(lease_with_p1):
     c = lease_with_p1
-    c.set_planc_conf([])  # the example: P3's Alternative is the policy's P1
+    c.reload_planc_conf([])  # the example: P3's Alternative is the policy's P1
     assert "To avoid preemption retry in a guaranteed tier: --qos=p1-guaranteed" in \
         advice_for_a_p3_victim(c)
-    c.set_planc_conf([P3_LINE + " Alternative=P0"])
+    c.reload_planc_conf([P3_LINE + " Alternative=P0"])
     assert "To avoid preemption retry in a guaranteed tier: --qos=p0-lease" in \
         advice_for_a_p3_victim(c)

@@ -146,6 +146,17 @@ class Cluster:
         self.write_planc_conf(extra_lines)
         self.ctl("restart-ctld")
 
+    PLUGINS = ("job_submit/planc", "preempt/planc", "jobcomp/planc", "slurmctld/planc")
+
+    def reload_planc_conf(self, extra_lines):
+        """Rewrites planc.conf as set_planc_conf() does, without a restart:
+        waits until every plugin has logged that it reloaded the file."""
+        offset = self.log_offset()
+        path = self.write_planc_conf(extra_lines)
+        self.wait_for("every plugin to reload planc.conf",
+                      lambda: all(f"{p}: reloaded {path}" in self.log_since(offset)
+                                  for p in self.PLUGINS), timeout=30)
+
     def write_planc_conf(self, extra_lines, raw=None):
         """Writes planc.conf as the example plus `extra_lines` (replacing
         keys they set), or `raw` text as it is; no restart."""
@@ -228,9 +239,19 @@ class Cluster:
                       timeout=timeout, interval=0.5)
 
     def cancel_all(self):
-        """Cancels every job and waits until no job holds a node."""
-        for u in ("pcalice", "pcbob", "pccarol", "root"):
-            self.run("scancel", "-u", u)
-        self.wait_for("an empty queue",
-                      lambda: self.run("squeue", "-h", "-o", "%i").stdout.strip() == "",
-                      timeout=90)
+        """Cancels every job and waits until no job holds a node.  Running
+        jobs get SIGKILL first: the test jobs that trap SIGTERM would
+        otherwise hold their node for slurmd's 5 s before its SIGKILL.  A
+        job requeued meanwhile (one that was in a preemption's grace) is
+        cancelled on the next round."""
+        users = ("pcalice", "pcbob", "pccarol", "root")
+
+        def cancelled():
+            if self.run("squeue", "-h", "-o", "%i").stdout.strip() == "":
+                return True
+            for u in users:
+                self.run("scancel", "--state=RUNNING", "--full", "--signal=KILL", "-u", u)
+            for u in users:
+                self.run("scancel", "-u", u)
+            return False
+        self.wait_for("an empty queue", cancelled, timeout=90)
