@@ -402,13 +402,15 @@ std::string spot_sample(int* gpu_pos, const std::string& last_written) {
 // A changed planc.conf applies from the next sample and scan on.  The spot
 // day (SpotCapResetTime, SpotCapTimeZone, SpotCapDayLength) is the one
 // the counters were started with until slurmctld restarts.
-void reload(planc::ConfigWatch* watch) {
+// Returns true when a new planc.conf is in force.
+bool reload(planc::ConfigWatch* watch) {
   auto cfg = planc::slurm::reload_plugin_config(plugin_type, watch);
-  if (!cfg) return;
+  if (!cfg) return false;
   g_tiers = std::make_unique<planc::QosTierCache>(cfg->tiers);
   g_config = cfg;
   planc::MutexLock l(g_shown_mu);
   g_shown = cfg;
+  return true;
 }
 
 void worker(planc::ConfigWatch watch) {
@@ -426,9 +428,12 @@ void worker(planc::ConfigWatch watch) {
     if (g_stop) break;
     l.unlock();
     try {
-      reload(&watch);
+      const bool reloaded = reload(&watch);
       const planc::PlancConfig& cfg = *g_config;
       auto now = Clock::now();
+      // A shorter StarvationInterval applies now, not after the old one.
+      if (reloaded)
+        next_scan = std::min(next_scan, now + std::chrono::seconds(cfg.starvation_interval_seconds));
       if (now >= next_sample) {
         next_sample = now + std::chrono::seconds(kSpotSampleSeconds);
         journal_tick(&hook_warned);
