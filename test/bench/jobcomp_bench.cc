@@ -34,7 +34,7 @@
 #include "common/bill_store.h"
 #include "common/billing.h"
 #include "common/config.h"
-#include "common/file_util.h"
+#include "common/append_file.h"
 
 namespace {
 
@@ -124,8 +124,15 @@ int main(int argc, char** argv) {
   std::vector<Percentiles> passes;
   for (int pass = 0; pass < 5; pass++) {
     char path[] = "/tmp/jobcomp_bench_spool.XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) die("mkstemp failed");
+    int tmp = mkstemp(path);
+    if (tmp < 0) die("mkstemp failed");
+    close(tmp);
+    // The callback's own appender (common/append_file.h), as jobcomp/planc
+    // holds it: one record, one write(2), under a mutex.
+    planc::RecordAppender appender;
+    auto file = planc::open_append_file(planc::posix_file_system(), path);
+    if (!file.ok()) die(file.error());
+    appender.replace(std::move(file).value());
     unlink(path);
     std::vector<double> cb;
     cb.reserve(n_cb);
@@ -134,11 +141,12 @@ int main(int argc, char** argv) {
       std::string line = planc::serialize_segment(segs[i]);
       {
         std::lock_guard<std::mutex> l(mu);
-        if (!planc::write_all(fd, line)) die("spool write failed");
+        if (!appender.append(std::move(line)).ok()) die("spool write failed");
       }
       cb.push_back(ns_since(t0));
     }
-    close(fd);
+    planc::AppendFile done = appender.replace({});
+    (void)planc::close_append_file(planc::posix_file_system(), done, false);
     passes.push_back(percentiles(cb));
     std::printf("callback pass %d: p50 %6.2f us  p99 %6.2f us  max %8.1f us\n", pass + 1,
                 passes.back().p50 / 1000, passes.back().p99 / 1000, passes.back().max / 1000);
