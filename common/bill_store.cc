@@ -142,7 +142,31 @@ std::string error_of(pg_conn* c, const char* what) {
   return std::string(what) + ": " + m;
 }
 
+// The same failure as a Result<T>.
+template <class T, class U>
+Result<T> pass(const Result<U>& r) {
+  return Result<T>::failure(r.code(), r.error());
+}
+
 }  // namespace
+
+ErrorCode error_code_of_sqlstate(const std::string& s) {
+  const std::string cls = s.substr(0, 2);
+  if (cls == "22" || cls == "23") return ErrorCode::kRefused;
+  if (s.empty() || cls == "08" || cls == "40" || cls == "53" || cls == "57" || cls == "58")
+    return ErrorCode::kRetryable;
+  return ErrorCode::kInvalid;
+}
+
+Result<bool> BillStore::failed(const char* what, const pg_result* r) {
+  const char* state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+  last_sqlstate_ = state ? state : "";
+  // No SQLSTATE from a live connection is a client-side failure (out of
+  // memory, a COPY the server dropped): nothing an admin can fix, retry.
+  ErrorCode code = conn_ && PQstatus(conn_) != CONNECTION_OK ? ErrorCode::kRetryable
+                                                             : error_code_of_sqlstate(last_sqlstate_);
+  return Result<bool>::failure(code, error_of(conn_, what));
+}
 
 std::string pg_text_array(const std::vector<std::string>& v) {
   std::string arr = "{";
@@ -192,7 +216,7 @@ Result<bool> BillStore::connect() {
   if (PQstatus(conn_) != CONNECTION_OK) {
     std::string e = error_of(conn_, "cannot connect to PostgreSQL");
     disconnect();
-    return Result<bool>::failure(e);
+    return Result<bool>::failure(ErrorCode::kRetryable, e);
   }
   // Times are exchanged as UTC text; make the session agree.
   return exec("SET TIME ZONE 'UTC'");
@@ -201,46 +225,49 @@ Result<bool> BillStore::connect() {
 Result<bool> BillStore::exec(const char* sql) {
   PGresult* r = PQexec(conn_, sql);
   bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
-  const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-  last_sqlstate_ = state ? state : "";
-  std::string e = ok ? "" : error_of(conn_, "PostgreSQL");
+  Result<bool> out = ok ? Result<bool>(true) : failed("PostgreSQL", r);
   PQclear(r);
-  if (!ok) return Result<bool>::failure(e);
-  return true;
+  return out;
 }
 
 Result<bool> BillStore::copy_in(const std::string& sql, const std::string& data) {
   last_sqlstate_.clear();
   PGresult* r = PQexec(conn_, sql.c_str());
   bool ok = PQresultStatus(r) == PGRES_COPY_IN;
+  if (!ok) {
+    Result<bool> out = failed("COPY", r);
+    PQclear(r);
+    return out;
+  }
   PQclear(r);
-  if (!ok) return Result<bool>::failure(error_of(conn_, "COPY"));
   if (PQputCopyData(conn_, data.data(), static_cast<int>(data.size())) != 1 ||
       PQputCopyEnd(conn_, nullptr) != 1)
-    return Result<bool>::failure(error_of(conn_, "COPY data"));
+    return failed("COPY data", nullptr);
   r = PQgetResult(conn_);
   ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-  const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-  last_sqlstate_ = state ? state : "";
-  std::string e = ok ? "" : error_of(conn_, "COPY");
+  Result<bool> out = ok ? Result<bool>(true) : failed("COPY", r);
   PQclear(r);
   while ((r = PQgetResult(conn_))) PQclear(r);
-  if (!ok) return Result<bool>::failure(e);
-  return true;
+  return out;
 }
 
 Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::string& source) {
-  using R = Result<size_t>;
   using Key = std::tuple<std::string, uint32_t, int64_t>;
   if (bills.empty()) return size_t{0};
-  if (auto c = connect(); !c.ok()) return R::failure(c.error());
+  // A connection that failed for a retryable reason is dropped: the next
+  // write connects again.
+  auto give_up = [this](const Result<bool>& e) {
+    if (e.code() == ErrorCode::kRetryable) disconnect();
+    return pass<size_t>(e);
+  };
+  if (auto c = connect(); !c.ok()) return pass<size_t>(c);
   if (!staged_) {
-    if (auto r = exec(kStageSql); !r.ok()) return R::failure(r.error());
+    if (auto r = exec(kStageSql); !r.ok()) return give_up(r);
     staged_ = true;
   }
-  auto fail = [this](const std::string& e) {
+  auto fail = [this, &give_up](const Result<bool>& e) {
     PQclear(PQexec(conn_, "ROLLBACK"));
-    return R::failure(e);
+    return give_up(e);
   };
   // The same segment can be in one batch twice (a replayed spool file next
   // to its original): keep the first.
@@ -252,23 +279,23 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
     unique.push_back(&b);
     bill_data += bill_copy_row(b, source);
   }
-  if (auto r = exec("BEGIN"); !r.ok()) return R::failure(r.error());
+  if (auto r = exec("BEGIN"); !r.ok()) return give_up(r);
   // Fast path: none of these bills is stored yet (the usual case), so they
   // go straight into planc.bill with one COPY.  A replay trips the primary
   // key; then only the new ones are inserted, through staging.
   std::set<Key> fresh;
-  if (auto r = exec("SAVEPOINT fast"); !r.ok()) return fail(r.error());
+  if (auto r = exec("SAVEPOINT fast"); !r.ok()) return fail(r);
   auto direct = copy_in(std::string("COPY planc.bill (") + kBillColumns + ") FROM STDIN", bill_data);
   if (direct.ok()) {
     fresh = keys;
   } else if (last_sqlstate_ == "23505") {  // unique_violation: a replay
-    if (auto r = exec("ROLLBACK TO SAVEPOINT fast"); !r.ok()) return fail(r.error());
+    if (auto r = exec("ROLLBACK TO SAVEPOINT fast"); !r.ok()) return fail(r);
     if (auto r = copy_in(std::string("COPY stage_bill (") + kBillColumns + ") FROM STDIN", bill_data);
         !r.ok())
-      return fail(r.error());
+      return fail(r);
     PGresult* m = PQexec(conn_, kInsertNewSql);
     if (PQresultStatus(m) != PGRES_TUPLES_OK) {
-      std::string e = error_of(conn_, "storing bills");
+      Result<bool> e = failed("storing bills", m);
       PQclear(m);
       return fail(e);
     }
@@ -278,7 +305,7 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
                     std::strtoll(PQgetvalue(m, i, 2), nullptr, 10));
     PQclear(m);
   } else {
-    return fail(direct.error());
+    return fail(direct);
   }
   // Hourly totals of the bills actually stored, summed here so the upsert
   // touches one row per hour x account x user x tier.
@@ -314,26 +341,25 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
       field(r, u.segments);
       data += r + '\n';
     }
-    if (auto r = copy_in(kUsageCopySql, data); !r.ok()) return fail(r.error());
-    if (auto r = exec(kUsageUpsertSql); !r.ok()) return fail(r.error());
+    if (auto r = copy_in(kUsageCopySql, data); !r.ok()) return fail(r);
+    if (auto r = exec(kUsageUpsertSql); !r.ok()) return fail(r);
   }
-  if (auto r = exec("COMMIT"); !r.ok()) return R::failure(r.error());
+  if (auto r = exec("COMMIT"); !r.ok()) return give_up(r);
   return fresh.size();
 }
 
 Result<std::vector<std::vector<std::string>>> BillStore::rows(
     const std::string& sql, const std::vector<std::string>& params,
     std::vector<std::string>* columns) {
-  using R = Result<std::vector<std::vector<std::string>>>;
-  if (auto c = connect(); !c.ok()) return R::failure(c.error());
+  if (auto c = connect(); !c.ok()) return pass<std::vector<std::vector<std::string>>>(c);
   std::vector<const char*> values;
   for (const std::string& p : params) values.push_back(p.c_str());
   PGresult* r = PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
                              values.data(), nullptr, nullptr, 0);
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-    std::string e = error_of(conn_, "query");
+    Result<bool> e = failed("query", r);
     PQclear(r);
-    return R::failure(e);
+    return pass<std::vector<std::vector<std::string>>>(e);
   }
   std::vector<std::vector<std::string>> out;
   int nf = PQnfields(r);
@@ -388,7 +414,7 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
   }
   sql += " ORDER BY end_time, job_id";
   auto res = rows(sql, params);
-  if (!res.ok()) return R::failure(res.error());
+  if (!res.ok()) return R::failure(res.code(), res.error());
   std::vector<Bill> out;
   for (const auto& row : res.value()) {
     Bill b;

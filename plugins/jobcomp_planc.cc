@@ -170,13 +170,9 @@ Bill price(Segment s) {
 // Stores one closed spool file and says what happened.  false: PostgreSQL
 // (or the disk) failed, *problem says why; the file stays for the next try.
 bool store_file(planc::BillStore& store, const PendingFile& f, std::string* problem) {
-  auto write = [&store](const std::vector<Bill>& bills) -> planc::Result<size_t> {
-    auto r = store.write(bills, "jobcomp");
-    if (r.ok()) return r;
-    if (store.last_refused_as_data()) return planc::Result<size_t>::failure(planc::ErrorCode::kRefused, r.error());
-    store.disconnect();
-    return planc::Result<size_t>::failure(planc::ErrorCode::kRetryable, r.error());
-  };
+  // PostgreSQL's answer decides (common/bill_store.h): kRefused bills are
+  // set aside, anything else keeps the file for the next try.
+  auto write = [&store](const std::vector<Bill>& bills) { return store.write(bills, "jobcomp"); };
   auto r = f.spool->store(f.seq, price, write, kBatch);
   if (!r.ok()) {
     *problem = r.error();
