@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bill_schema.h"
 #include "common/billing.h"
 #include "common/result.h"
 
@@ -98,17 +99,9 @@ class BillStore {
 // answer), as above.
 ErrorCode error_code_of_sqlstate(const std::string& sqlstate);
 
-// One bill as a line of COPY text for planc.bill's columns (kBillColumns);
-// for benchmarks that compare with a raw COPY.
-std::string bill_copy_row(const Bill& b, const std::string& source);
-extern const char* const kBillColumns;
-
 // A PostgreSQL text[] literal of `v`, every element quoted and escaped, for
 // a parameter such as `= ANY($1::text[])`.
 std::string pg_text_array(const std::vector<std::string>& v);
-
-// "2026-11-30 01:02:03+00" for COPY and parameters.
-std::string pg_timestamp(int64_t unix_time);
 
 }  // namespace planc
 

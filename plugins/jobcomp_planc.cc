@@ -265,6 +265,33 @@ char* time_str(int64_t t) {
   return xstrdup(buf);
 }
 
+// One bill column into the jobcomp record sacct -c prints.
+void set_sacct_field(jobcomp_job_rec_t* j, planc::SacctField f, const planc::FieldValue& v) {
+  using F = planc::SacctField;
+  auto text = [&v] { return xstrndup(v.text().data(), v.text().size()); };
+  switch (f) {
+    case F::kNone: break;
+    case F::kCluster: j->cluster = text(); break;
+    case F::kJobId: j->jobid = static_cast<uint32_t>(v.num()); break;
+    case F::kSubmit: if (v.num()) j->submit_time = time_str(v.num()); break;
+    case F::kStart: j->start_time = time_str(v.num()); break;
+    case F::kEnd: j->end_time = time_str(v.num()); break;
+    case F::kUid: j->uid = static_cast<uint32_t>(v.num()); break;
+    case F::kUser: j->uid_name = text(); break;
+    case F::kAccount: j->account = text(); break;
+    case F::kQos: j->qos_name = text(); break;
+    case F::kPartition: j->partition = text(); break;
+    case F::kNodes: j->nodelist = text(); break;
+    case F::kNodeCount: j->node_cnt = static_cast<uint32_t>(v.num()); break;
+    case F::kState: j->state = text(); break;
+    // The same text plain sacct prints for the run (its ExitCode rule).
+    case F::kExitCode: j->exit_code = text(); break;
+    case F::kJobName: j->jobname = text(); break;
+    case F::kTresReq: j->tres_fmt_req_str = text(); break;
+    case F::kCpus: j->proc_cnt = j->max_procs = static_cast<uint32_t>(v.num()); break;
+  }
+}
+
 planc::BillFilter filter_of(const slurmdb_job_cond_t* c) {
   planc::BillFilter f;
   if (!c) return f;
@@ -448,28 +475,11 @@ PLANC_EXPORT List jobcomp_p_get_jobs(slurmdb_job_cond_t* job_cond) {
     }
     List out = list_create(jobcomp_destroy_job);
     for (const Bill& b : r.value()) {
-      const Segment& s = b.seg;
       auto* j = static_cast<jobcomp_job_rec_t*>(xmalloc(sizeof(jobcomp_job_rec_t)));
-      j->jobid = s.job_id;
-      j->partition = xstrdup(s.partition.c_str());
-      j->start_time = time_str(s.start_time);
-      j->end_time = time_str(s.end_time);
-      j->elapsed_time = static_cast<time_t>(s.end_time - s.start_time);
-      j->uid = s.uid;
-      j->uid_name = xstrdup(s.user.c_str());
-      j->node_cnt = s.node_count;
-      j->proc_cnt = s.cpus;
-      j->max_procs = s.cpus;
-      j->nodelist = xstrdup(s.nodes.c_str());
-      j->jobname = xstrdup(s.job_name.c_str());
-      j->state = xstrdup(s.state.c_str());
-      j->tres_fmt_req_str = xstrdup(s.tres_req.c_str());
-      j->account = xstrdup(s.account.c_str());
-      j->qos_name = xstrdup(s.qos.c_str());
-      j->cluster = xstrdup(s.cluster.c_str());
-      if (s.submit_time) j->submit_time = time_str(s.submit_time);
-      // The same text plain sacct prints for the run (its ExitCode rule).
-      j->exit_code = xstrdup(planc::exit_code_of(s.wait_status).text.c_str());
+      // Which column shows where is the column table's (common/bill_schema.h).
+      for (const planc::BillColumn& c : planc::bill_columns())
+        if (c.sacct != planc::SacctField::kNone) set_sacct_field(j, c.sacct, planc::column_value(c, b));
+      j->elapsed_time = static_cast<time_t>(b.seg.end_time - b.seg.start_time);
       list_append(out, j);
     }
     return out;

@@ -157,9 +157,9 @@ int main(int argc, char** argv) {
   PGconn* pg = connect(conninfo);
   exec(pg, "SET TIME ZONE 'UTC'");
   exec(pg, "TRUNCATE planc.bill, planc.usage_hourly");
-  std::string ins = std::string("INSERT INTO planc.bill (") + planc::kBillColumns + ") VALUES (";
-  const int columns = 1 + static_cast<int>(std::count(planc::kBillColumns,
-                                                     planc::kBillColumns + std::strlen(planc::kBillColumns), ','));
+  const std::string bill_columns = planc::bill_copy_columns();
+  std::string ins = "INSERT INTO planc.bill (" + bill_columns + ") VALUES (";
+  const int columns = 1 + static_cast<int>(std::count(bill_columns.begin(), bill_columns.end(), ','));
   for (int j = 1; j <= columns; j++) ins += (j > 1 ? ",$" : "$") + std::to_string(j);
   ins += ")";
   std::vector<double> sync;
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
       exec(pg, "CHECKPOINT");
       auto t0 = Clock::now();
       if (raw) {
-        PGresult* start = PQexec(pg, (std::string("COPY planc.bill (") + planc::kBillColumns + ") FROM STDIN").c_str());
+        PGresult* start = PQexec(pg, ("COPY planc.bill (" + bill_columns + ") FROM STDIN").c_str());
         if (PQresultStatus(start) != PGRES_COPY_IN) die(PQerrorMessage(pg));
         PQclear(start);
         for (size_t off = 0; off < raw_rows.size(); off += 1 << 20) {
