@@ -174,6 +174,11 @@ bool store_file(planc::BillStore& store, const PendingFile& f, std::string* prob
   // set aside, anything else keeps the file for the next try.
   auto write = [&store](const std::vector<Bill>& bills) { return store.write(bills, "jobcomp"); };
   auto r = f.spool->store(f.seq, price, write, kBatch);
+  if (!r.ok() && r.code() == planc::ErrorCode::kNotFound) {
+    // Removed by hand meanwhile: nothing to store, nothing to wait for.
+    error("%s: %s; skipped", plugin_type, r.error().c_str());
+    return true;
+  }
   if (!r.ok()) {
     *problem = r.error();
     return false;
