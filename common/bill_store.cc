@@ -11,18 +11,6 @@
 namespace planc {
 namespace {
 
-}  // namespace
-
-const char* const kBillColumns =
-    "cluster, job_id, start_time, end_time, segment, array_job_id, array_task_id, het_job_id, "
-    "het_job_offset, submit_time, uid, user_name, account, tier, qos, partition, nodes, "
-    "node_count, state, wait_status, job_name, tres_req, tres_alloc, cpus, mem_mib, gpu_cards, "
-    "gpu_detail, billable_seconds, card_seconds, core_seconds, mem_gib_seconds, currency, "
-    "card_hour_price, core_hour_price, mem_gib_hour_price, tier_factor, amount_minor, "
-    "zero_reason, note, admin_comment, source, exit_status, exit_signal, exit_code, amount_micros";
-
-namespace {
-
 // Staging tables live for the connection; ON COMMIT DELETE ROWS empties
 // them at the end of every batch.  stage_bill is used only when a batch
 // holds a bill that is already stored (a replay).
@@ -60,89 +48,42 @@ void field(std::string& row, std::string_view v) {
   append_escaped(row, v);
 }
 void field(std::string& row, int64_t v) { field(row, std::to_string(v)); }
-void null_field(std::string& row) {
-  if (!row.empty()) row += '\t';
-  row += "\\N";
-}
-void id_field(std::string& row, uint32_t v, uint32_t none) {
-  if (v == none) null_field(row);
-  else field(row, static_cast<int64_t>(v));
-}
 
-// Exact decimal of mib_seconds / 1024 (1/1024 has 10 decimals).
-std::string gib_seconds(int64_t mib_seconds) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%lld.%010lld", static_cast<long long>(mib_seconds / 1024),
-                static_cast<long long>((mib_seconds % 1024) * 9765625LL));
-  return buf;
-}
-
-}  // namespace
-
-std::string bill_copy_row(const Bill& b, const std::string& source) {
-  const Segment& s = b.seg;
-  std::string r;
-  field(r, s.cluster);
-  field(r, s.job_id);
-  field(r, pg_timestamp(s.start_time));
-  field(r, pg_timestamp(s.end_time));
-  field(r, s.segment);
-  if (s.array_job_id) field(r, s.array_job_id); else null_field(r);
-  id_field(r, s.array_task_id, kNoId);
-  if (s.het_job_id) field(r, s.het_job_id); else null_field(r);
-  id_field(r, s.het_job_offset, kNoId);
-  if (s.submit_time) field(r, pg_timestamp(s.submit_time)); else null_field(r);
-  field(r, s.uid);
-  field(r, s.user);
-  field(r, s.account);
-  field(r, b.tier);
-  field(r, s.qos);
-  field(r, s.partition);
-  field(r, s.nodes);
-  field(r, s.node_count);
-  field(r, s.state);
-  field(r, s.wait_status);
-  field(r, s.job_name);
-  field(r, s.tres_req);
-  field(r, s.tres_alloc);
-  field(r, s.cpus);
-  field(r, static_cast<int64_t>(s.mem_mib));
-  field(r, format_card_seconds(b.card_micros));
-  field(r, b.gpu_detail);
-  field(r, b.billable_seconds);
-  field(r, format_card_seconds(b.card_micro_seconds));
-  field(r, b.core_seconds);
-  field(r, gib_seconds(b.mem_mib_seconds));
-  field(r, b.currency);
-  if (b.card_hour_price < 0) null_field(r); else field(r, format_micros(b.card_hour_price));
-  field(r, format_micros(b.core_hour_price));
-  field(r, format_micros(b.mem_gib_hour_price));
-  char factor[16];
-  std::snprintf(factor, sizeof factor, "%u.%03u", b.price_permille / 1000, b.price_permille % 1000);
-  field(r, factor);
-  field(r, b.amount_minor);
-  field(r, b.zero_reason);
-  field(r, b.note);
-  field(r, s.admin_comment);
-  field(r, source);
-  const ExitCode exit = exit_code_of(s.wait_status);
-  field(r, exit.status);
-  field(r, exit.signal);
-  field(r, exit.text);
-  field(r, b.amount_micros);
-  r += '\n';
-  return r;
-}
-
-namespace {
-
+// PostgreSQL's message on one line (its DETAIL and CONTEXT follow on
+// lines of their own): one log line per failure.
 std::string error_of(pg_conn* c, const char* what) {
   std::string m = PQerrorMessage(c);
   while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  for (char& ch : m)
+    if (ch == '\n') ch = ' ';
   return std::string(what) + ": " + m;
 }
 
+// The same failure as a Result<T>.
+template <class T, class U>
+Result<T> pass(const Result<U>& r) {
+  return Result<T>::failure(r.code(), r.error());
+}
+
 }  // namespace
+
+ErrorCode error_code_of_sqlstate(const std::string& s) {
+  const std::string cls = s.substr(0, 2);
+  if (cls == "22" || cls == "23") return ErrorCode::kRefused;
+  if (s.empty() || cls == "08" || cls == "40" || cls == "53" || cls == "57" || cls == "58")
+    return ErrorCode::kRetryable;
+  return ErrorCode::kInvalid;
+}
+
+Result<bool> BillStore::failed(const char* what, const pg_result* r) {
+  const char* state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+  last_sqlstate_ = state ? state : "";
+  // No SQLSTATE from a live connection is a client-side failure (out of
+  // memory, a COPY the server dropped): nothing an admin can fix, retry.
+  ErrorCode code = conn_ && PQstatus(conn_) != CONNECTION_OK ? ErrorCode::kRetryable
+                                                             : error_code_of_sqlstate(last_sqlstate_);
+  return Result<bool>::failure(code, error_of(conn_, what));
+}
 
 std::string pg_text_array(const std::vector<std::string>& v) {
   std::string arr = "{";
@@ -155,15 +96,6 @@ std::string pg_text_array(const std::vector<std::string>& v) {
     arr += '"';
   }
   return arr + "}";
-}
-
-std::string pg_timestamp(int64_t t) {
-  time_t tt = static_cast<time_t>(t);
-  struct tm tm;
-  gmtime_r(&tt, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S+00", &tm);
-  return buf;
 }
 
 BillStore::BillStore(std::string conninfo, std::string as_user)
@@ -192,7 +124,7 @@ Result<bool> BillStore::connect() {
   if (PQstatus(conn_) != CONNECTION_OK) {
     std::string e = error_of(conn_, "cannot connect to PostgreSQL");
     disconnect();
-    return Result<bool>::failure(e);
+    return Result<bool>::failure(ErrorCode::kRetryable, e);
   }
   // Times are exchanged as UTC text; make the session agree.
   return exec("SET TIME ZONE 'UTC'");
@@ -201,46 +133,49 @@ Result<bool> BillStore::connect() {
 Result<bool> BillStore::exec(const char* sql) {
   PGresult* r = PQexec(conn_, sql);
   bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
-  const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-  last_sqlstate_ = state ? state : "";
-  std::string e = ok ? "" : error_of(conn_, "PostgreSQL");
+  Result<bool> out = ok ? Result<bool>(true) : failed("PostgreSQL", r);
   PQclear(r);
-  if (!ok) return Result<bool>::failure(e);
-  return true;
+  return out;
 }
 
 Result<bool> BillStore::copy_in(const std::string& sql, const std::string& data) {
   last_sqlstate_.clear();
   PGresult* r = PQexec(conn_, sql.c_str());
   bool ok = PQresultStatus(r) == PGRES_COPY_IN;
+  if (!ok) {
+    Result<bool> out = failed("COPY", r);
+    PQclear(r);
+    return out;
+  }
   PQclear(r);
-  if (!ok) return Result<bool>::failure(error_of(conn_, "COPY"));
   if (PQputCopyData(conn_, data.data(), static_cast<int>(data.size())) != 1 ||
       PQputCopyEnd(conn_, nullptr) != 1)
-    return Result<bool>::failure(error_of(conn_, "COPY data"));
+    return failed("COPY data", nullptr);
   r = PQgetResult(conn_);
   ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-  const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-  last_sqlstate_ = state ? state : "";
-  std::string e = ok ? "" : error_of(conn_, "COPY");
+  Result<bool> out = ok ? Result<bool>(true) : failed("COPY", r);
   PQclear(r);
   while ((r = PQgetResult(conn_))) PQclear(r);
-  if (!ok) return Result<bool>::failure(e);
-  return true;
+  return out;
 }
 
 Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::string& source) {
-  using R = Result<size_t>;
   using Key = std::tuple<std::string, uint32_t, int64_t>;
   if (bills.empty()) return size_t{0};
-  if (auto c = connect(); !c.ok()) return R::failure(c.error());
+  // A connection that failed for a retryable reason is dropped: the next
+  // write connects again.
+  auto give_up = [this](const Result<bool>& e) {
+    if (e.code() == ErrorCode::kRetryable) disconnect();
+    return pass<size_t>(e);
+  };
+  if (auto c = connect(); !c.ok()) return pass<size_t>(c);
   if (!staged_) {
-    if (auto r = exec(kStageSql); !r.ok()) return R::failure(r.error());
+    if (auto r = exec(kStageSql); !r.ok()) return give_up(r);
     staged_ = true;
   }
-  auto fail = [this](const std::string& e) {
+  auto fail = [this, &give_up](const Result<bool>& e) {
     PQclear(PQexec(conn_, "ROLLBACK"));
-    return R::failure(e);
+    return give_up(e);
   };
   // The same segment can be in one batch twice (a replayed spool file next
   // to its original): keep the first.
@@ -252,23 +187,23 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
     unique.push_back(&b);
     bill_data += bill_copy_row(b, source);
   }
-  if (auto r = exec("BEGIN"); !r.ok()) return R::failure(r.error());
+  if (auto r = exec("BEGIN"); !r.ok()) return give_up(r);
   // Fast path: none of these bills is stored yet (the usual case), so they
   // go straight into planc.bill with one COPY.  A replay trips the primary
   // key; then only the new ones are inserted, through staging.
   std::set<Key> fresh;
-  if (auto r = exec("SAVEPOINT fast"); !r.ok()) return fail(r.error());
-  auto direct = copy_in(std::string("COPY planc.bill (") + kBillColumns + ") FROM STDIN", bill_data);
+  if (auto r = exec("SAVEPOINT fast"); !r.ok()) return fail(r);
+  auto direct = copy_in("COPY planc.bill (" + bill_copy_columns() + ") FROM STDIN", bill_data);
   if (direct.ok()) {
     fresh = keys;
   } else if (last_sqlstate_ == "23505") {  // unique_violation: a replay
-    if (auto r = exec("ROLLBACK TO SAVEPOINT fast"); !r.ok()) return fail(r.error());
-    if (auto r = copy_in(std::string("COPY stage_bill (") + kBillColumns + ") FROM STDIN", bill_data);
+    if (auto r = exec("ROLLBACK TO SAVEPOINT fast"); !r.ok()) return fail(r);
+    if (auto r = copy_in("COPY stage_bill (" + bill_copy_columns() + ") FROM STDIN", bill_data);
         !r.ok())
-      return fail(r.error());
+      return fail(r);
     PGresult* m = PQexec(conn_, kInsertNewSql);
     if (PQresultStatus(m) != PGRES_TUPLES_OK) {
-      std::string e = error_of(conn_, "storing bills");
+      Result<bool> e = failed("storing bills", m);
       PQclear(m);
       return fail(e);
     }
@@ -278,7 +213,7 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
                     std::strtoll(PQgetvalue(m, i, 2), nullptr, 10));
     PQclear(m);
   } else {
-    return fail(direct.error());
+    return fail(direct);
   }
   // Hourly totals of the bills actually stored, summed here so the upsert
   // touches one row per hour x account x user x tier.
@@ -309,31 +244,30 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
       field(r, std::get<4>(k));
       field(r, format_card_seconds(u.card_micro_seconds));
       field(r, u.core_seconds);
-      field(r, gib_seconds(u.mem_mib_seconds));
+      field(r, format_gib_seconds(u.mem_mib_seconds));
       field(r, u.amount_micros);
       field(r, u.segments);
       data += r + '\n';
     }
-    if (auto r = copy_in(kUsageCopySql, data); !r.ok()) return fail(r.error());
-    if (auto r = exec(kUsageUpsertSql); !r.ok()) return fail(r.error());
+    if (auto r = copy_in(kUsageCopySql, data); !r.ok()) return fail(r);
+    if (auto r = exec(kUsageUpsertSql); !r.ok()) return fail(r);
   }
-  if (auto r = exec("COMMIT"); !r.ok()) return R::failure(r.error());
+  if (auto r = exec("COMMIT"); !r.ok()) return give_up(r);
   return fresh.size();
 }
 
 Result<std::vector<std::vector<std::string>>> BillStore::rows(
     const std::string& sql, const std::vector<std::string>& params,
     std::vector<std::string>* columns) {
-  using R = Result<std::vector<std::vector<std::string>>>;
-  if (auto c = connect(); !c.ok()) return R::failure(c.error());
+  if (auto c = connect(); !c.ok()) return pass<std::vector<std::vector<std::string>>>(c);
   std::vector<const char*> values;
   for (const std::string& p : params) values.push_back(p.c_str());
   PGresult* r = PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
                              values.data(), nullptr, nullptr, 0);
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-    std::string e = error_of(conn_, "query");
+    Result<bool> e = failed("query", r);
     PQclear(r);
-    return R::failure(e);
+    return pass<std::vector<std::vector<std::string>>>(e);
   }
   std::vector<std::vector<std::string>> out;
   int nf = PQnfields(r);
@@ -352,15 +286,8 @@ Result<std::vector<std::vector<std::string>>> BillStore::rows(
 
 Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
   using R = Result<std::vector<Bill>>;
-  std::string sql =
-      "SELECT cluster, job_id, extract(epoch FROM start_time)::bigint,"
-      " extract(epoch FROM end_time)::bigint, segment, coalesce(array_job_id, 0),"
-      " coalesce(array_task_id, 4294967294), coalesce(het_job_id, 0),"
-      " coalesce(het_job_offset, 4294967294), coalesce(extract(epoch FROM submit_time)::bigint, 0),"
-      " uid, user_name, account, tier, qos, partition, nodes, node_count, state, wait_status,"
-      " job_name, tres_req, tres_alloc, cpus, mem_mib, billable_seconds, card_seconds,"
-      " core_seconds, amount_minor, zero_reason, currency, admin_comment, amount_micros, note"
-      " FROM planc.bill WHERE true";
+  std::string sql = "SELECT " + bill_select_list() +
+                    " FROM planc.bill WHERE true";
   std::vector<std::string> params;
   auto any = [&](const char* column, const char* type, const std::vector<std::string>& v) {
     if (v.empty()) return;
@@ -388,48 +315,12 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
   }
   sql += " ORDER BY end_time, job_id";
   auto res = rows(sql, params);
-  if (!res.ok()) return R::failure(res.error());
+  if (!res.ok()) return R::failure(res.code(), res.error());
   std::vector<Bill> out;
   for (const auto& row : res.value()) {
-    Bill b;
-    Segment& s = b.seg;
-    auto u = [&](int i) { return static_cast<uint32_t>(std::strtoull(row[i].c_str(), nullptr, 10)); };
-    auto l = [&](int i) { return static_cast<int64_t>(std::strtoll(row[i].c_str(), nullptr, 10)); };
-    s.cluster = row[0];
-    s.job_id = u(1);
-    s.start_time = l(2);
-    s.end_time = l(3);
-    s.segment = u(4);
-    s.array_job_id = u(5);
-    s.array_task_id = u(6);
-    s.het_job_id = u(7);
-    s.het_job_offset = u(8);
-    s.submit_time = l(9);
-    s.uid = u(10);
-    s.user = row[11];
-    s.account = row[12];
-    b.tier = row[13];
-    s.qos = row[14];
-    s.partition = row[15];
-    s.nodes = row[16];
-    s.node_count = u(17);
-    s.state = row[18];
-    s.wait_status = u(19);
-    s.job_name = row[20];
-    s.tres_req = row[21];
-    s.tres_alloc = row[22];
-    s.cpus = u(23);
-    s.mem_mib = static_cast<uint64_t>(l(24));
-    b.billable_seconds = l(25);
-    b.card_micro_seconds = parse_decimal_micros(row[26]).value_or(0);
-    b.core_seconds = l(27);
-    b.amount_minor = l(28);
-    b.zero_reason = row[29];
-    b.currency = row[30];
-    s.admin_comment = row[31];
-    b.amount_micros = l(32);
-    b.note = row[33];
-    out.push_back(std::move(b));
+    auto b = bill_from_row(row);
+    if (!b.ok()) return R::failure(b.code(), "reading planc.bill: " + b.error());
+    out.push_back(std::move(b).value());
   }
   return out;
 }

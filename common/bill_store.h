@@ -3,8 +3,20 @@
 // client) and by planc-bill.
 //
 // A BillStore is one connection; not thread-safe, use one per thread.
-// Nothing here retries: write() reports a broken connection as an error and
-// the caller (the spool worker) keeps its records and tries again later.
+// Nothing here retries.  Every failure carries a code (common/result.h)
+// the caller decides on, as libpqxx splits its errors:
+//   kRetryable  no answer or a broken connection, a timeout or cancel, a
+//               serialization failure, the server out of resources (SQLSTATE
+//               classes 08, 40, 53, 57, 58, or none): the same statement
+//               may pass later (the spool worker keeps its file and backs
+//               off).  A failed COMMIT is in doubt, and retried as such:
+//               every write is idempotent (the bill key).
+//   kRefused    PostgreSQL refused the data (class 22 data exception, 23
+//               constraint violation): the same bills will be refused for
+//               ever (the spool sets them aside).
+//   kInvalid    anything else (class 42: a missing column or privilege, a
+//               migration not applied): an admin must act; the spool keeps
+//               its files meanwhile, as for kRetryable.
 // Every statement is parameterised or a COPY (data never becomes SQL text).
 #ifndef PLANC_COMMON_BILL_STORE_H_
 #define PLANC_COMMON_BILL_STORE_H_
@@ -14,10 +26,12 @@
 #include <string>
 #include <vector>
 
+#include "common/bill_schema.h"
 #include "common/billing.h"
 #include "common/result.h"
 
 struct pg_conn;
+struct pg_result;
 
 namespace planc {
 
@@ -54,16 +68,9 @@ class BillStore {
   // The connection's role must bypass row-level security (COPY into a table
   // with RLS is refused otherwise): planc-bill sync-roles --writer does that.
   // Returns how many bills were new.  `source` is "jobcomp" or "reconcile".
+  // Errors are coded as above; a kRetryable one also drops the connection
+  // (the next call connects again).
   Result<size_t> write(const std::vector<Bill>& bills, const std::string& source);
-
-  // SQLSTATE of the last failed statement ("" if none or no server answer).
-  const std::string& last_sqlstate() const { return last_sqlstate_; }
-  // True when PostgreSQL refused the last statement for its data: SQLSTATE
-  // class 22 (data) or 23 (constraint).  Retrying the same batch will not
-  // help; anything else (connection, timeout) may pass on a retry.
-  bool last_refused_as_data() const {
-    return last_sqlstate_.rfind("22", 0) == 0 || last_sqlstate_.rfind("23", 0) == 0;
-  }
 
   // Bills matching the filter (and what row-level security lets this
   // connection's user see), oldest end first.
@@ -78,6 +85,9 @@ class BillStore {
  private:
   Result<bool> exec(const char* sql);
   Result<bool> copy_in(const std::string& sql, const std::string& data);
+  // The failure of the statement whose result is `r` (may be null), coded
+  // by its SQLSTATE (none: no answer, kRetryable); `what` begins the message.
+  Result<bool> failed(const char* what, const pg_result* r);
   std::string conninfo_;
   std::string as_user_;
   pg_conn* conn_ = nullptr;
@@ -85,17 +95,13 @@ class BillStore {
   std::string last_sqlstate_;  // of the last COPY
 };
 
-// One bill as a line of COPY text for planc.bill's columns (kBillColumns);
-// for benchmarks that compare with a raw COPY.
-std::string bill_copy_row(const Bill& b, const std::string& source);
-extern const char* const kBillColumns;
+// The code of a failure with this SQLSTATE ("" when the server did not
+// answer), as above.
+ErrorCode error_code_of_sqlstate(const std::string& sqlstate);
 
 // A PostgreSQL text[] literal of `v`, every element quoted and escaped, for
 // a parameter such as `= ANY($1::text[])`.
 std::string pg_text_array(const std::vector<std::string>& v);
-
-// "2026-11-30 01:02:03+00" for COPY and parameters.
-std::string pg_timestamp(int64_t unix_time);
 
 }  // namespace planc
 

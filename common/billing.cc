@@ -1,7 +1,6 @@
 #include "common/billing.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 
 #include <sys/wait.h>
@@ -239,125 +238,6 @@ std::string format_micros6(int64_t micros) {
   std::snprintf(buf, sizeof buf, "%lld.%06lld", static_cast<long long>(micros / kMicrosPerUnit),
                 static_cast<long long>(micros % kMicrosPerUnit));
   return buf;
-}
-
-// --- spool records -------------------------------------------------------------
-namespace {
-
-// v2 added `preempted`; v1 records (written before an upgrade, replayed
-// after it) are still read.
-constexpr std::string_view kVersion = "planc-seg-2";
-constexpr std::string_view kVersion1 = "planc-seg-1";
-
-}  // namespace
-
-namespace {
-
-std::string encode_gres(const std::vector<GresUse>& gres) {
-  std::string s;
-  for (const GresUse& g : gres) {
-    if (!s.empty()) s += ',';
-    s += g.name + ':' + g.type + ':' + std::to_string(g.count);
-  }
-  return s;
-}
-
-}  // namespace
-
-std::string serialize_segment(const Segment& s) {
-  RecordWriter r(kVersion);
-  r.add(s.cluster);
-  r.add(s.job_id);
-  r.add(s.array_job_id);
-  r.add(s.array_task_id);
-  r.add(s.het_job_id);
-  r.add(s.het_job_offset);
-  r.add(s.segment);
-  r.add(s.submit_time);
-  r.add(s.start_time);
-  r.add(s.end_time);
-  r.add(s.suspended_seconds);
-  r.add(s.uid);
-  r.add(s.user);
-  r.add(s.account);
-  r.add(s.qos);
-  r.add(s.partition);
-  r.add(s.nodes);
-  r.add(s.node_count);
-  r.add(s.state);
-  r.add(s.wait_status);
-  r.add(s.job_name);
-  r.add(s.tres_req);
-  r.add(s.tres_alloc);
-  r.add(s.cpus);
-  r.add(static_cast<int64_t>(s.mem_mib));
-  r.add(encode_gres(s.gres));
-  r.add(s.ran ? 1 : 0);
-  r.add(s.free_attempt ? 1 : 0);
-  r.add(s.admin_comment);
-  r.add(s.preempted ? 1 : 0);
-  return r.line();
-}
-
-Result<Segment> parse_segment(std::string_view line) {
-  auto rec = RecordReader::parse(line);
-  if (!rec.ok()) return Result<Segment>::failure(rec.error());
-  const RecordReader& f = rec.value();
-  constexpr size_t kFields = 31, kFields1 = 30;
-  const bool v1 = f.str(0) == kVersion1;
-  if (!(v1 && f.size() == kFields1) && !(f.str(0) == kVersion && f.size() == kFields))
-    return Result<Segment>::failure("unknown record version '" + f.str(0) + "'");
-  Segment s;
-  int64_t n[kFields] = {};
-  for (size_t i : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 18, 20, 24, 25, 27, 28, 30}) {
-    if (i >= f.size()) continue;
-    if (!f.num(i, &n[i])) return Result<Segment>::failure("field " + std::to_string(i) + " is not a number");
-  }
-  s.cluster = f.str(1);
-  s.job_id = static_cast<uint32_t>(n[2]);
-  s.array_job_id = static_cast<uint32_t>(n[3]);
-  s.array_task_id = static_cast<uint32_t>(n[4]);
-  s.het_job_id = static_cast<uint32_t>(n[5]);
-  s.het_job_offset = static_cast<uint32_t>(n[6]);
-  s.segment = static_cast<uint32_t>(n[7]);
-  s.submit_time = n[8];
-  s.start_time = n[9];
-  s.end_time = n[10];
-  s.suspended_seconds = n[11];
-  s.uid = static_cast<uint32_t>(n[12]);
-  s.user = f.str(13);
-  s.account = f.str(14);
-  s.qos = f.str(15);
-  s.partition = f.str(16);
-  s.nodes = f.str(17);
-  s.node_count = static_cast<uint32_t>(n[18]);
-  s.state = f.str(19);
-  s.wait_status = static_cast<uint32_t>(n[20]);
-  s.job_name = f.str(21);
-  s.tres_req = f.str(22);
-  s.tres_alloc = f.str(23);
-  s.cpus = static_cast<uint32_t>(n[24]);
-  s.mem_mib = static_cast<uint64_t>(n[25]);
-  std::string_view gres = f.str(26);
-  while (!gres.empty()) {
-    size_t comma = gres.find(',');
-    std::string_view item = gres.substr(0, comma);
-    size_t c1 = item.find(':'), c2 = item.rfind(':');
-    if (c1 == std::string_view::npos || c1 == c2)
-      return Result<Segment>::failure("bad gres item '" + std::string(item) + "'");
-    GresUse g;
-    g.name = item.substr(0, c1);
-    g.type = item.substr(c1 + 1, c2 - c1 - 1);
-    auto r = std::from_chars(item.data() + c2 + 1, item.data() + item.size(), g.count);
-    if (r.ec != std::errc()) return Result<Segment>::failure("bad gres count in '" + std::string(item) + "'");
-    s.gres.push_back(std::move(g));
-    gres = comma == std::string_view::npos ? std::string_view() : gres.substr(comma + 1);
-  }
-  s.ran = n[27] != 0;
-  s.free_attempt = n[28] != 0;
-  s.admin_comment = f.str(29);
-  s.preempted = n[30] != 0;
-  return s;
 }
 
 }  // namespace planc

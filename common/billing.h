@@ -183,7 +183,10 @@ inline std::string format_card_seconds(int64_t card_micro_seconds) {
 // and one such name must not stop billing.
 void make_text_valid_utf8(Segment* seg);
 
-// The spool's record format: one line per segment (common/record.h).
+// The spool's record format: one line per segment (common/record.h),
+// its fields made from the bill's column table (common/bill_schema.cc).
+// parse_segment reads every record version written so far (planc-seg-1,
+// planc-seg-2, ...); a damaged or unknown record is kCorrupt.
 std::string serialize_segment(const Segment& seg);
 Result<Segment> parse_segment(std::string_view line);
 

@@ -303,6 +303,15 @@ class Parser {
     return type_map(p, "WEIGHT", "1g.10gb:0.142857", kMicrosPerUnit, &cfg_.prices.card_weight);
   }
   bool set_mps(const Pair& p) { return uint_value(p, 1, 1000000, &cfg_.prices.mps_per_card); }
+  bool set_spool_dir(const Pair& p) {
+    if (!p.value.empty() && p.value[0] != '/')
+      return bad(p, "'" + p.value +
+                        "' is not an absolute path (e.g. /var/spool/planc; leave it empty for "
+                        "StateSaveLocation/planc_jobcomp)");
+    cfg_.spool_dir = p.value;
+    while (cfg_.spool_dir.size() > 1 && cfg_.spool_dir.back() == '/') cfg_.spool_dir.pop_back();
+    return true;
+  }
   bool set_shards(const Pair& p) {
     return uint_value(p, 1, 1000000, &cfg_.prices.shards_per_card);
   }
@@ -498,6 +507,7 @@ class Parser {
       {"CardWeight", &Parser::set_card_weight},
       {"MpsPerCard", &Parser::set_mps},
       {"ShardsPerCard", &Parser::set_shards},
+      {"SpoolDir", &Parser::set_spool_dir},
   };
   static constexpr Key kTierKeys[] = {
       {"QOS", &Parser::set_qos},

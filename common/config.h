@@ -87,6 +87,9 @@ struct PlancConfig {
   int32_t spot_utc_offset_seconds = 8 * 3600;  // UTC+08:00 (Beijing)
   uint32_t spot_day_seconds = 86400;           // shorter only for tests
   Prices prices;
+  // Where jobcomp/planc keeps its spool (common/spool.h): an absolute
+  // path, or empty for <StateSaveLocation>/planc_jobcomp.  Read at start.
+  std::string spool_dir;
 };
 
 // The policy's invariants a valid planc.conf may still break (admins may

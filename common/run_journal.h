@@ -7,7 +7,8 @@
 // before the launch is queued for slurmd, so a run cannot reach a node
 // without its record in the page cache first.  A record is the run's
 // Segment as it begins (state RUNNING, end_time 0), in the spool's record
-// format (serialize_segment, common/record.h), written with one write(2):
+// format (serialize_segment, common/record.h), written with one write(2)
+// (common/append_file.h, the spool's own append):
 // what jobcomp_p_log_record does at the run's end.  A page-cache write
 // survives a SIGKILL of slurmctld.  A crash of the machine itself can lose
 // what the kernel had not written back yet (about 30 s): the file being

@@ -13,38 +13,35 @@
 //                         (common/bill_store.h), then deletes the file.
 //                         PostgreSQL down: files wait and are retried with
 //                         backoff; slurmctld does not notice.
-// Spool files live in StateSaveLocation/planc_jobcomp/, named by sequence.
+// The spool's files (common/spool.h) live in planc.conf's SpoolDir (read
+// at start; default StateSaveLocation/planc_jobcomp/), named by sequence.
 // After a crash every remaining file is replayed; the bill key (cluster,
-// job id, start time) makes a replay write nothing twice.
+// job id, start time) makes a replay write nothing twice.  PostgreSQL's
+// answer decides (common/result.h): a bill refused as data (kRefused) is
+// set aside in <file>.rejected, anything else (kRetryable) keeps the file
+// for the next try.
 //
 // In `sacct -c` (the client), jobcomp_p_get_jobs reads bills back through
 // the same connection string, as the user who runs sacct: PostgreSQL's
 // row-level security decides what that user sees.
 #include "plugins/slurm_compat.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <pwd.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <thread>
 #include <unordered_map>
 
 #include "common/bill_store.h"
 #include "common/billing.h"
-#include "common/file_util.h"
+#include "common/spool.h"
 #include "plugins/mutex.h"
 #include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
@@ -59,7 +56,6 @@ namespace {
 using planc::Bill;
 using planc::Segment;
 
-constexpr const char* kSpoolDir = "planc_jobcomp";
 constexpr size_t kBatch = 5000;  // bills per transaction
 
 bool g_in_ctld = false;
@@ -77,14 +73,26 @@ const planc::PlancConfig& config_at(int64_t end_time) {
     if (it->first <= end_time) return *it->second;
   return *g_configs.front().second;  // ended before slurmctld started
 }
-std::string g_dir;
 
-// The append side.  log_record holds g_spool_mu only around one write(2).
+// The spool's directory (common/spool.h), set by init() before the worker
+// starts and never changed after: SpoolDir applies at the next restart.
+std::unique_ptr<planc::Spool> g_spool;
+// The default place, when SpoolDir is elsewhere: files a start without
+// planc.conf (or before SpoolDir was set) left there are replayed too.
+std::unique_ptr<planc::Spool> g_default_spool;
+std::string g_spool_setting;  // SpoolDir as planc.conf had it at start
+
+// The append side.  log_record holds g_spool_mu around one write(2) only;
+// the worker around swapping files, never across an open, fsync or close.
 planc::Mutex g_spool_mu;
-int g_fd GUARDED_BY(g_spool_mu) = -1;
-uint64_t g_seq GUARDED_BY(g_spool_mu) = 0;    // number of g_fd's file
-uint64_t g_bytes GUARDED_BY(g_spool_mu) = 0;  // bytes in g_fd's file
-std::deque<std::string> g_unwritten GUARDED_BY(g_spool_mu);  // write(2) failed
+planc::RecordAppender g_appender GUARDED_BY(g_spool_mu);
+uint64_t g_seq GUARDED_BY(g_spool_mu) = 0;  // number of g_appender's file
+
+// A closed spool file waiting to be stored (worker only).
+struct PendingFile {
+  const planc::Spool* spool;
+  uint64_t seq;
+};
 
 // preempt/planc's completion hook (plugins/planc_shared.h), looked up on
 // first use and again at most every 10 s while missing (PreemptType may be
@@ -106,82 +114,43 @@ bool g_stop GUARDED_BY(g_mu) = false;
 bool g_reconfigured GUARDED_BY(g_mu) = false;
 std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
-std::string spool_path(uint64_t seq) {
-  char name[32];
-  std::snprintf(name, sizeof name, "%012llu.spool", static_cast<unsigned long long>(seq));
-  return g_dir + "/" + name;
-}
-
-int open_spool(uint64_t seq) {
-  return open(spool_path(seq).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-}
-
-void fsync_dir() {
-  int d = open(g_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (d >= 0) {
-    fsync(d);
-    close(d);
-  }
-}
-
-// Spool files present at start (left by a crash or a stop with PostgreSQL
-// down), oldest first.
-std::vector<uint64_t> existing_spools() {
-  std::vector<uint64_t> seqs;
-  DIR* d = opendir(g_dir.c_str());
-  if (!d) return seqs;
-  while (dirent* e = readdir(d)) {
-    unsigned long long n;
-    char tail[16];
-    if (std::sscanf(e->d_name, "%llu.%15s", &n, tail) == 2 && !std::strcmp(tail, "spool"))
-      seqs.push_back(n);
-  }
-  closedir(d);
-  std::sort(seqs.begin(), seqs.end());
-  return seqs;
-}
-
 // Closes the current spool file and starts the next; returns the closed
-// file's number, or 0 when it was empty and stays current.
+// file's number, or 0 when it was empty and stays current.  The new file
+// is created and the old one fsynced and closed outside g_spool_mu, so
+// log_record never waits for the disk.
 uint64_t rotate() {
   uint64_t next_seq;
   {
     planc::MutexLock l(g_spool_mu);
-    if (g_bytes == 0 && g_unwritten.empty()) return 0;
+    if (g_appender.idle()) return 0;
     next_seq = g_seq + 1;
   }
-  int next = open_spool(next_seq);  // outside the lock: may touch the disk
-  if (next < 0) {
-    error("%s: cannot create %s: %m; bills stay in the current spool file", plugin_type,
-          spool_path(next_seq).c_str());
+  auto next = g_spool->create(next_seq);
+  if (!next.ok()) {
+    error("%s: %s; bills stay in the current spool file", plugin_type, next.error().c_str());
     return 0;
   }
-  int old;
+  planc::AppendFile old;
   uint64_t old_seq;
   std::deque<std::string> retry;
   {
     planc::MutexLock l(g_spool_mu);
-    old = g_fd;
+    old = g_appender.replace(std::move(next).value());
     old_seq = g_seq;
-    g_fd = next;
     g_seq = next_seq;
-    g_bytes = 0;
-    retry.swap(g_unwritten);
+    retry = g_appender.take_waiting();
   }
   // Records whose write failed earlier (disk full) go to the closed file.
-  size_t lost = 0;
-  for (const std::string& line : retry) {
-    if (planc::append_record(old, line)) continue;
+  std::string problem;
+  std::deque<std::string> left = g_spool->finish(std::move(old), std::move(retry), &problem);
+  if (!left.empty()) {
+    error("%s: %zu segment(s) still not in the spool (%s); kept in memory, retrying", plugin_type,
+          left.size(), problem.c_str());
     planc::MutexLock l(g_spool_mu);
-    g_unwritten.push_back(line);
-    lost++;
+    g_appender.put_back(std::move(left));
+  } else if (!problem.empty()) {
+    error("%s: %s", plugin_type, problem.c_str());
   }
-  if (lost)
-    error("%s: %zu segment(s) still not in the spool (%s: %m); kept in memory, retrying", plugin_type,
-          lost, g_dir.c_str());
-  fsync(old);
-  close(old);
-  fsync_dir();
   return old_seq;
 }
 
@@ -192,87 +161,43 @@ std::string user_name(uint32_t uid) {
   return std::to_string(uid);
 }
 
-// Reads one closed spool file.  A line that fails its checksum is logged
-// and skipped (planc-bill reconcile finds such segments in slurmdbd).
-std::vector<Bill> read_spool(uint64_t seq, std::vector<std::string>* lines) {
-  std::vector<Bill> bills;
-  std::ifstream in(spool_path(seq), std::ios::binary);
-  // A file that cannot be read stays for the next try; never delete it.
-  if (!in.is_open())
-    throw std::runtime_error("cannot open " + spool_path(seq) + ": " + std::strerror(errno));
-  std::string line;
-  size_t n = 0;
-  while (std::getline(in, line)) {
-    n++;
-    auto r = planc::parse_segment(line);
-    if (!r.ok()) {
-      error("%s: %s line %zu: %s; skipped (run planc-bill reconcile to find the segment)",
-            plugin_type, spool_path(seq).c_str(), n, r.error().c_str());
-      continue;
-    }
-    Segment s = std::move(r).value();
-    if (s.user.empty()) s.user = user_name(s.uid);
-    planc::make_text_valid_utf8(&s);
-    bills.push_back(planc::price_segment(config_at(s.end_time), s));
-    lines->push_back(line);
-  }
-  if (in.bad()) throw std::runtime_error("cannot read " + spool_path(seq) + ": " + std::strerror(errno));
-  return bills;
+Bill price(Segment s) {
+  if (s.user.empty()) s.user = user_name(s.uid);
+  planc::make_text_valid_utf8(&s);
+  return planc::price_segment(config_at(s.end_time), s);
 }
 
-// A batch PostgreSQL refuses as data (SQLSTATE class 22 or 23) would be
-// refused for ever: store its bills one by one and set the refused ones
-// aside in <spool>.rejected, each with an error line, so the rest of the
-// cluster's bills keep flowing.  Throws on anything else (retry later).
-size_t store_one_by_one(planc::BillStore& store, uint64_t seq, const std::vector<Bill>& bills,
-                        const std::vector<std::string>& lines) {
-  size_t fresh = 0;
-  for (size_t i = 0; i < bills.size(); i++) {
-    auto r = store.write({bills[i]}, "jobcomp");
-    if (r.ok()) {
-      fresh += r.value();
-      continue;
-    }
-    if (!store.last_refused_as_data()) throw std::runtime_error(r.error());
-    std::string rejected = spool_path(seq) + ".rejected";
-    int fd = open(rejected.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    bool kept = fd >= 0 && planc::write_all(fd, lines[i] + "\n") && fsync(fd) == 0;
-    if (fd >= 0) close(fd);
-    if (!kept) throw std::runtime_error("cannot set a refused bill aside in " + rejected);
+// Stores one closed spool file and says what happened.  false: PostgreSQL
+// (or the disk) failed, *problem says why; the file stays for the next try.
+bool store_file(planc::BillStore& store, const PendingFile& f, std::string* problem) {
+  // PostgreSQL's answer decides (common/bill_store.h): kRefused bills are
+  // set aside, anything else keeps the file for the next try.
+  auto write = [&store](const std::vector<Bill>& bills) { return store.write(bills, "jobcomp"); };
+  auto r = f.spool->store(f.seq, price, write, kBatch);
+  if (!r.ok() && r.code() == planc::ErrorCode::kNotFound) {
+    // Removed by hand meanwhile: nothing to store, nothing to wait for.
+    error("%s: %s; skipped", plugin_type, r.error().c_str());
+    return true;
+  }
+  if (!r.ok()) {
+    *problem = r.error();
+    return false;
+  }
+  const std::string path = f.spool->path(f.seq);
+  for (const planc::SpoolDamage& d : r.value().damaged)
+    error("%s: %s line %zu: %s; skipped (run planc-bill reconcile to find the segment)",
+          plugin_type, path.c_str(), d.line_no, d.error.c_str());
+  for (const planc::SpoolRejected& x : r.value().rejected)
     error("%s: PostgreSQL refused the bill of JobId=%u start %s (%s); record kept in %s, "
           "fix and replay it with planc-bill reconcile --fill",
-          plugin_type, bills[i].seg.job_id, planc::pg_timestamp(bills[i].seg.start_time).c_str(),
-          r.error().c_str(), rejected.c_str());
-  }
-  return fresh;
-}
-
-// Writes one spool file's bills and removes the file; throws when
-// PostgreSQL fails (the file stays for the next try).
-void store_spool(planc::BillStore& store, uint64_t seq) {
-  std::vector<std::string> lines;
-  std::vector<Bill> bills = read_spool(seq, &lines);
-  size_t fresh = 0;
-  for (size_t i = 0; i < bills.size(); i += kBatch) {
-    size_t end = std::min(bills.size(), i + kBatch);
-    std::vector<Bill> batch(bills.begin() + i, bills.begin() + end);
-    auto r = store.write(batch, "jobcomp");
-    if (r.ok()) {
-      fresh += r.value();
-      continue;
-    }
-    if (store.last_refused_as_data()) {
-      fresh += store_one_by_one(store, seq, batch,
-                                std::vector<std::string>(lines.begin() + i, lines.begin() + end));
-      continue;
-    }
-    store.disconnect();
-    throw std::runtime_error(r.error());
-  }
-  if (unlink(spool_path(seq).c_str()) != 0 && errno != ENOENT)
-    error("%s: cannot remove %s: %m", plugin_type, spool_path(seq).c_str());
-  debug("%s: stored %zu bill(s) from %s, %zu new", plugin_type, bills.size(),
-        spool_path(seq).c_str(), fresh);
+          plugin_type, x.seg.job_id, planc::pg_timestamp(x.seg.start_time).c_str(),
+          x.error.c_str(), f.spool->rejected_path(f.seq).c_str());
+  if (!r.value().remove_error.empty())
+    error("%s: %s (its bills are stored; remove it by hand)", plugin_type,
+          r.value().remove_error.c_str());
+  debug("%s: stored %zu bill(s) from %s, %zu new", plugin_type, r.value().records, path.c_str(),
+        r.value().fresh);
+  return true;
 }
 
 // fini() must not wait for a long backlog: the spool keeps what is left.
@@ -281,15 +206,14 @@ bool stopping() {
   return g_stop;
 }
 
-void worker(std::vector<uint64_t> pending, planc::ConfigWatch watch) {
+void worker(std::vector<PendingFile> pending, planc::ConfigWatch watch) {
   std::unique_ptr<planc::BillStore> store;
   std::string store_conninfo;
-  int backoff = 0;  // seconds; grows while PostgreSQL is unreachable
-  time_t last_error_log = 0;
-  bool config_logged = false;
+  planc::RetryBackoff backoff;  // while PostgreSQL is unreachable
+  bool config_logged = false, spool_dir_logged = false;
   planc::MutexLock l(g_mu);
   while (!g_stop) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(backoff ? backoff : 1);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(backoff.wait_seconds());
     while (!g_stop && !g_reconfigured &&
            g_cv.wait_until(l, until) == std::cv_status::no_timeout) {
     }
@@ -302,34 +226,35 @@ void worker(std::vector<uint64_t> pending, planc::ConfigWatch watch) {
     if (auto cfg = planc::slurm::reload_plugin_config(plugin_type, &watch, force)) {
       g_config = cfg;
       g_configs.emplace_back(time(nullptr), cfg);
+      if (!spool_dir_logged && cfg->spool_dir != g_spool_setting) {
+        info("%s: SpoolDir changed in planc.conf; the spool stays in %s until slurmctld restarts",
+             plugin_type, g_spool->dir().c_str());
+        spool_dir_logged = true;
+      }
     }
-    if (uint64_t seq = rotate()) pending.push_back(seq);
+    if (uint64_t seq = rotate()) pending.push_back({g_spool.get(), seq});
     if (!g_config) {
       if (!config_logged)
         error("%s: planc.conf did not load; segments are kept in %s and billed once a valid "
               "planc.conf is in place",
-              plugin_type, g_dir.c_str());
+              plugin_type, g_spool->dir().c_str());
       config_logged = true;
     } else if (!pending.empty()) {
       if (!store || conninfo != store_conninfo) {
         store = std::make_unique<planc::BillStore>(conninfo);
         store_conninfo = conninfo;
       }
-      try {
-        while (!pending.empty() && !stopping()) {
-          store_spool(*store, pending.front());
-          pending.erase(pending.begin());
-        }
-        if (backoff) info("%s: PostgreSQL reachable again; spool drained", plugin_type);
-        backoff = 0;
-      } catch (const std::exception& e) {
-        backoff = std::min(backoff ? backoff * 2 : 1, 30);
-        time_t now = time(nullptr);
-        if (now - last_error_log >= 60) {
-          error("%s: %s; %zu spool file(s) kept in %s, retrying every %d s", plugin_type, e.what(),
-                pending.size(), g_dir.c_str(), backoff);
-          last_error_log = now;
-        }
+      std::string problem;
+      while (!pending.empty() && !stopping() && store_file(*store, pending.front(), &problem))
+        pending.erase(pending.begin());
+      if (problem.empty()) {
+        if (backoff.succeeded()) info("%s: PostgreSQL reachable again; spool drained", plugin_type);
+      } else {
+        bool log = false;
+        int wait = backoff.failed(time(nullptr), &log);
+        if (log)
+          error("%s: %s; %zu spool file(s) kept in %s, retrying every %d s", plugin_type,
+                problem.c_str(), pending.size(), g_spool->dir().c_str(), wait);
       }
     }
     l.lock();
@@ -343,6 +268,33 @@ char* time_str(int64_t t) {
   time_t tt = static_cast<time_t>(t);
   slurm_make_time_str(&tt, buf, sizeof buf);
   return xstrdup(buf);
+}
+
+// One bill column into the jobcomp record sacct -c prints.
+void set_sacct_field(jobcomp_job_rec_t* j, planc::SacctField f, const planc::FieldValue& v) {
+  using F = planc::SacctField;
+  auto text = [&v] { return xstrndup(v.text().data(), v.text().size()); };
+  switch (f) {
+    case F::kNone: break;
+    case F::kCluster: j->cluster = text(); break;
+    case F::kJobId: j->jobid = static_cast<uint32_t>(v.num()); break;
+    case F::kSubmit: if (v.num()) j->submit_time = time_str(v.num()); break;
+    case F::kStart: j->start_time = time_str(v.num()); break;
+    case F::kEnd: j->end_time = time_str(v.num()); break;
+    case F::kUid: j->uid = static_cast<uint32_t>(v.num()); break;
+    case F::kUser: j->uid_name = text(); break;
+    case F::kAccount: j->account = text(); break;
+    case F::kQos: j->qos_name = text(); break;
+    case F::kPartition: j->partition = text(); break;
+    case F::kNodes: j->nodelist = text(); break;
+    case F::kNodeCount: j->node_cnt = static_cast<uint32_t>(v.num()); break;
+    case F::kState: j->state = text(); break;
+    // The same text plain sacct prints for the run (its ExitCode rule).
+    case F::kExitCode: j->exit_code = text(); break;
+    case F::kJobName: j->jobname = text(); break;
+    case F::kTresReq: j->tres_fmt_req_str = text(); break;
+    case F::kCpus: j->proc_cnt = j->max_procs = static_cast<uint32_t>(v.num()); break;
+  }
 }
 
 planc::BillFilter filter_of(const slurmdb_job_cond_t* c) {
@@ -377,27 +329,47 @@ PLANC_EXPORT int init(void) {
   try {
     g_in_ctld = running_in_slurmctld();
     if (!g_in_ctld) return SLURM_SUCCESS;  // sacct -c: only get_jobs is used
-    // A bad planc.conf must not lose bills: keep spooling, bill later.
+    // A bad planc.conf must not lose bills: keep spooling (in the default
+    // place), bill later.
     g_config = planc::slurm::load_plugin_config(plugin_type);
     g_configs.clear();
     if (g_config) g_configs.emplace_back(0, g_config);
-    g_dir = std::string(slurm_conf.state_save_location ? slurm_conf.state_save_location : ".") +
-            "/" + kSpoolDir;
-    if (mkdir(g_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      error("%s: cannot create %s: %m; fix StateSaveLocation's permissions", plugin_type,
-            g_dir.c_str());
+    const std::string default_dir =
+        std::string(slurm_conf.state_save_location ? slurm_conf.state_save_location : ".") + "/" +
+        planc::kSpoolDirName;
+    g_spool_setting = g_config ? g_config->spool_dir : "";
+    g_spool = std::make_unique<planc::Spool>(g_spool_setting.empty() ? default_dir : g_spool_setting);
+    if (auto r = g_spool->make_dir(); !r.ok()) {
+      error("%s: %s; %s", plugin_type, r.error().c_str(),
+            g_spool_setting.empty()
+                ? "fix StateSaveLocation's permissions"
+                : "create it (owned by SlurmUser, mode 700) or fix SpoolDir in planc.conf");
       return SLURM_ERROR;
     }
-    std::vector<uint64_t> pending = existing_spools();
+    auto found = g_spool->pending();
+    if (!found.ok()) {
+      error("%s: %s", plugin_type, found.error().c_str());
+      return SLURM_ERROR;
+    }
+    std::vector<PendingFile> pending;
+    for (uint64_t seq : found.value()) pending.push_back({g_spool.get(), seq});
+    const uint64_t first_seq = found.value().empty() ? 1 : found.value().back() + 1;
+    g_default_spool.reset();
+    if (g_spool->dir() != default_dir) {
+      g_default_spool = std::make_unique<planc::Spool>(default_dir);
+      auto left = g_default_spool->pending();
+      if (left.ok())
+        for (uint64_t seq : left.value()) pending.push_back({g_default_spool.get(), seq});
+    }
+    auto file = g_spool->create(first_seq);
+    if (!file.ok()) {
+      error("%s: %s", plugin_type, file.error().c_str());
+      return SLURM_ERROR;
+    }
     {
       planc::MutexLock l(g_spool_mu);
-      g_seq = pending.empty() ? 1 : pending.back() + 1;
-      g_fd = open_spool(g_seq);
-      g_bytes = 0;
-      if (g_fd < 0) {
-        error("%s: cannot create %s: %m", plugin_type, spool_path(g_seq).c_str());
-        return SLURM_ERROR;
-      }
+      g_appender.replace(std::move(file).value());
+      g_seq = first_seq;
     }
     if (!pending.empty())
       info("%s: %zu spool file(s) from before the restart will be (re)stored", plugin_type,
@@ -408,7 +380,7 @@ PLANC_EXPORT int init(void) {
     }
     g_worker = planc::start_worker("planc_jobcomp", worker, std::move(pending),
                                    planc::ConfigWatch(planc::slurm::planc_conf_file(), g_config));
-    verbose("%s loaded, spool %s", plugin_type, g_dir.c_str());
+    verbose("%s loaded, spool %s", plugin_type, g_spool->dir().c_str());
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
     error("%s: init failed: %s", plugin_type, e.what());
@@ -424,14 +396,18 @@ PLANC_EXPORT int fini(void) {
     }
     g_cv.notify_all();
     planc::join_worker(g_worker);
-    planc::MutexLock l(g_spool_mu);
-    if (g_fd >= 0) {
-      for (const std::string& line : g_unwritten)
-        if (!planc::append_record(g_fd, line)) error("%s: a segment could not be spooled at shutdown: %m", plugin_type);
-      fsync(g_fd);
-      close(g_fd);
-      g_fd = -1;
+    planc::AppendFile last;
+    size_t lost;
+    std::string problem;
+    {
+      planc::MutexLock l(g_spool_mu);
+      last = g_appender.release(&lost, &problem);
     }
+    if (lost)
+      error("%s: %zu segment(s) could not be spooled at shutdown (%s)", plugin_type, lost,
+            problem.c_str());
+    if (auto r = planc::close_append_file(planc::posix_file_system(), last, true); !r.ok())
+      error("%s: %s", plugin_type, r.error().c_str());
   } catch (const std::exception& e) {
     error("%s: fini: %s", plugin_type, e.what());
   }
@@ -475,14 +451,11 @@ PLANC_EXPORT int jobcomp_p_log_record(job_record_t* job) {
     }
     std::string line = planc::serialize_segment(seg);
     planc::MutexLock l(g_spool_mu);
-    if (g_fd >= 0 && g_unwritten.empty() && planc::append_record(g_fd, line)) {
-      g_bytes += line.size();
-      return SLURM_SUCCESS;
-    }
-    // Disk full or the like: keep it; the worker retries (and logs).
-    if (g_unwritten.empty())
-      error("%s: cannot append %pJ to the spool (%m); kept in memory until it can", plugin_type, job);
-    g_unwritten.push_back(std::move(line));
+    auto r = g_appender.append(std::move(line));
+    // Disk full or the like: kept in memory; the worker retries (and logs).
+    if (!r.ok() && g_appender.waiting() == 1)
+      error("%s: %pJ not in the spool yet (%s); kept in memory until it can be written",
+            plugin_type, job, r.error().c_str());
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
     error("%s: %pJ not recorded: %s", plugin_type, job, e.what());
@@ -507,28 +480,11 @@ PLANC_EXPORT List jobcomp_p_get_jobs(slurmdb_job_cond_t* job_cond) {
     }
     List out = list_create(jobcomp_destroy_job);
     for (const Bill& b : r.value()) {
-      const Segment& s = b.seg;
       auto* j = static_cast<jobcomp_job_rec_t*>(xmalloc(sizeof(jobcomp_job_rec_t)));
-      j->jobid = s.job_id;
-      j->partition = xstrdup(s.partition.c_str());
-      j->start_time = time_str(s.start_time);
-      j->end_time = time_str(s.end_time);
-      j->elapsed_time = static_cast<time_t>(s.end_time - s.start_time);
-      j->uid = s.uid;
-      j->uid_name = xstrdup(s.user.c_str());
-      j->node_cnt = s.node_count;
-      j->proc_cnt = s.cpus;
-      j->max_procs = s.cpus;
-      j->nodelist = xstrdup(s.nodes.c_str());
-      j->jobname = xstrdup(s.job_name.c_str());
-      j->state = xstrdup(s.state.c_str());
-      j->tres_fmt_req_str = xstrdup(s.tres_req.c_str());
-      j->account = xstrdup(s.account.c_str());
-      j->qos_name = xstrdup(s.qos.c_str());
-      j->cluster = xstrdup(s.cluster.c_str());
-      if (s.submit_time) j->submit_time = time_str(s.submit_time);
-      // The same text plain sacct prints for the run (its ExitCode rule).
-      j->exit_code = xstrdup(planc::exit_code_of(s.wait_status).text.c_str());
+      // Which column shows where is the column table's (common/bill_schema.h).
+      for (const planc::BillColumn& c : planc::bill_columns())
+        if (c.sacct != planc::SacctField::kNone) set_sacct_field(j, c.sacct, planc::column_value(c, b));
+      j->elapsed_time = static_cast<time_t>(b.seg.end_time - b.seg.start_time);
       list_append(out, j);
     }
     return out;

@@ -40,7 +40,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/file_util.h"
+#include "common/append_file.h"
 #include "common/job_marks.h"
 #include "common/preempt_policy.h"  // format_utc
 #include "common/run_journal.h"
@@ -97,18 +97,18 @@ std::atomic<uint64_t> g_total_scan_usec{0}, g_last_scan_usec{0}, g_max_scan_usec
 constexpr size_t kJournalMaxUnwritten = 100000;
 
 std::string g_journal_dir;  // empty: the journal is off
+// The day's file and the starts not written yet (common/append_file.h):
+// the hook holds g_journal_mu around one write(2), the worker around
+// swapping files and retrying, never across an open, fsync or close.
 planc::Mutex g_journal_mu;
-int g_journal_fd GUARDED_BY(g_journal_mu) = -1;
-std::string g_journal_file GUARDED_BY(g_journal_mu);  // g_journal_fd's name
-std::deque<std::string> g_journal_unwritten GUARDED_BY(g_journal_mu);
+planc::RecordAppender g_journal GUARDED_BY(g_journal_mu);
 planc_job_begin_fn g_prev_job_begin = nullptr;
 std::atomic<uint64_t> g_journal_records{0}, g_journal_dropped{0};
 std::atomic<uint64_t> g_journal_total_usec{0}, g_journal_max_usec{0}, g_journal_slow{0};
 constexpr uint64_t kJournalSlowUsec = 1000;  // counted in RunJournalOver1ms
 
-int open_journal(const std::string& name) {
-  return open((g_journal_dir + "/" + name).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-              0600);
+planc::Result<planc::AppendFile> open_journal(const std::string& name) {
+  return planc::open_append_file(planc::posix_file_system(), g_journal_dir + "/" + name);
 }
 
 // slurmctld's job-begin hook (job and node write locks held): one record,
@@ -121,19 +121,20 @@ void on_job_begin(job_record_t* job) {
     begun.end_time = 0;  // not ended: segment_of reads the expected end
     std::string line = planc::serialize_segment(begun);
     bool first_failure = false, dropped = false;
+    std::string problem;
     {
       planc::MutexLock l(g_journal_mu);
-      if (g_journal_fd < 0 || !g_journal_unwritten.empty() ||
-          !planc::append_record(g_journal_fd, line)) {
-        first_failure = g_journal_unwritten.empty();
-        dropped = g_journal_unwritten.size() >= kJournalMaxUnwritten;
-        if (!dropped) g_journal_unwritten.push_back(std::move(line));
+      dropped = g_journal.waiting() >= kJournalMaxUnwritten;
+      if (!dropped) {
+        auto r = g_journal.append(std::move(line));
+        first_failure = !r.ok() && g_journal.waiting() == 1;
+        if (first_failure) problem = r.error();
       }
     }
     if (first_failure)
-      error("%s: cannot append the start of %pJ to the run-start journal in %s (%m); kept in "
+      error("%s: cannot append the start of %pJ to the run-start journal in %s (%s); kept in "
             "memory until it can",
-            plugin_type, job, g_journal_dir.c_str());
+            plugin_type, job, g_journal_dir.c_str(), problem.c_str());
     if (dropped) g_journal_dropped++;
     uint64_t usec = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                               std::chrono::steady_clock::now() - t0)
@@ -167,43 +168,38 @@ void journal_tick(bool* hook_warned) {
     *hook_warned = true;
   }
   time_t now = time(nullptr);
-  std::string want = planc::journal_file_name(now);
-  int next = -1;
+  const std::string want = g_journal_dir + "/" + planc::journal_file_name(now);
+  bool change;
   {
     planc::MutexLock l(g_journal_mu);
-    if (want == g_journal_file && g_journal_fd >= 0) next = -2;  // no change
+    change = want != g_journal.file().path || !g_journal.file().is_open();
   }
-  if (next == -1) {
-    next = open_journal(want);  // outside the lock: may touch the disk
-    if (next < 0)
-      error("%s: cannot create %s/%s: %m; run starts stay in the current file", plugin_type,
-            g_journal_dir.c_str(), want.c_str());
+  planc::AppendFile next;
+  if (change) {
+    auto r = open_journal(planc::journal_file_name(now));  // outside the lock: may touch the disk
+    if (r.ok()) next = std::move(r).value();
+    else error("%s: %s; run starts stay in the current file", plugin_type, r.error().c_str());
   }
-  int old = -1;
+  planc::AppendFile old;
   size_t left;
+  std::string problem;
   {
     planc::MutexLock l(g_journal_mu);
-    if (next >= 0) {
-      old = g_journal_fd;
-      g_journal_fd = next;
-      g_journal_file = want;
-    }
-    while (g_journal_fd >= 0 && !g_journal_unwritten.empty() &&
-           planc::append_record(g_journal_fd, g_journal_unwritten.front()))
-      g_journal_unwritten.pop_front();
-    left = g_journal_unwritten.size();
+    if (next.is_open()) old = g_journal.replace(std::move(next));
+    if (auto r = g_journal.flush_waiting(); !r.ok()) problem = r.error();
+    left = g_journal.waiting();
   }
   if (left)
-    error("%s: %zu run start(s) still not in the journal (%s): %m; retrying", plugin_type, left,
-          g_journal_dir.c_str());
+    error("%s: %zu run start(s) still not in the journal (%s); retrying", plugin_type, left,
+          problem.c_str());
   // The file being appended to is never fsynced: an append waiting behind
   // an fsync of its own file would wait under slurmctld's locks.  Its
   // records survive a SIGKILL of slurmctld in the page cache and reach the
   // disk with the kernel's writeback (about 30 s); a closed day's file is
   // fsynced here.
-  if (old >= 0) {
-    fsync(old);
-    close(old);
+  if (old.is_open()) {
+    if (auto r = planc::close_append_file(planc::posix_file_system(), old, true); !r.ok())
+      error("%s: %s", plugin_type, r.error().c_str());
     prune_journal(now);
   }
 }
@@ -219,15 +215,12 @@ void start_journal() {
     return;
   }
   g_journal_dir = dir;
-  std::string name = planc::journal_file_name(time(nullptr));
-  int fd = open_journal(name);
-  if (fd < 0)
-    error("%s: cannot create %s/%s: %m; run starts kept in memory until it can", plugin_type,
-          dir.c_str(), name.c_str());
+  auto file = open_journal(planc::journal_file_name(time(nullptr)));
+  if (!file.ok())
+    error("%s: %s; run starts kept in memory until it can", plugin_type, file.error().c_str());
   {
     planc::MutexLock l(g_journal_mu);
-    g_journal_fd = fd;
-    g_journal_file = fd >= 0 ? name : "";
+    if (file.ok()) g_journal.replace(std::move(file).value());
   }
   prune_journal(time(nullptr));
   g_prev_job_begin = planc_set_job_begin_hook(on_job_begin);
@@ -235,15 +228,18 @@ void start_journal() {
 
 void stop_journal() {
   if (planc_job_begin_hook() == on_job_begin) planc_set_job_begin_hook(g_prev_job_begin);
-  planc::MutexLock l(g_journal_mu);
-  if (g_journal_fd < 0) return;
-  for (const std::string& line : g_journal_unwritten)
-    if (!planc::append_record(g_journal_fd, line))
-      error("%s: a run start could not be journaled at shutdown: %m", plugin_type);
-  g_journal_unwritten.clear();
-  fsync(g_journal_fd);
-  close(g_journal_fd);
-  g_journal_fd = -1;
+  planc::AppendFile last;
+  size_t lost;
+  std::string problem;
+  {
+    planc::MutexLock l(g_journal_mu);
+    last = g_journal.release(&lost, &problem);
+  }
+  if (lost)
+    error("%s: %zu run start(s) could not be journaled at shutdown (%s)", plugin_type, lost,
+          problem.c_str());
+  if (auto r = planc::close_append_file(planc::posix_file_system(), last, true); !r.ok())
+    error("%s: %s", plugin_type, r.error().c_str());
 }
 
 slurmctld_lock_t job_read_lock() { return {.job = READ_LOCK}; }

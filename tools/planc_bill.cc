@@ -44,6 +44,9 @@ const char* kUsage =
     "            then lists run starts in slurmctld/planc's journal (default\n"
     "            StateSaveLocation/planc_starts) known to neither\n"
     "            exit 3: something is missing or unrecorded\n"
+    "  columns   [--format ...]\n"
+    "            planc.bill's columns as this release writes and reads them\n"
+    "            (what the migrations in sql/ must have created)\n"
     "  sync-roles [--writer ROLE]\n"
     "            creates a PostgreSQL login role for every Slurm user (planc_reader),\n"
     "            admins (planc_admin), the writer (slurmctld's user, planc_writer) and\n"
@@ -141,7 +144,10 @@ void print(const std::vector<std::string>& cols, const std::vector<bool>& numeri
       std::cout << (i ? ",\n " : "\n ") << "{";
       for (size_t j = 0; j < cols.size(); j++) {
         std::cout << (j ? ", " : "") << json_string(cols[j]) << ": ";
-        bool num = numeric[j] && !rows[i][j].empty();
+        // A numeric column may hold a non-number (an array task's JobID
+        // 7_3): quote it.
+        bool num = numeric[j] && !rows[i][j].empty() &&
+                   rows[i][j].find_first_not_of("0123456789.-") == std::string::npos;
         std::cout << (num ? rows[i][j] : json_string(rows[i][j]));
       }
       std::cout << "}";
@@ -236,26 +242,40 @@ int cmd_list(planc::BillStore& store, const Options& o) {
   f.end = o.end;
   auto r = store.query(f);
   if (!r.ok()) die(r.error());
-  // Amount is the bill's exact amount (micro-units, 6 decimals): bills
-  // are summed exactly and rounded per invoice line (see report).
-  std::vector<std::string> cols = {"JobID", "Seg", "User", "Account", "Tier", "QOS", "State",
-                                   "ExitCode", "Start(UTC)", "End(UTC)", "Seconds", "CardSeconds",
-                                   "CoreSeconds", "Amount", "Currency", "Free"};
-  std::vector<bool> num = {true, true, false, false, false, false, false, false, false, false,
-                           true, true, true, true, false, false};
+  // The columns and their text come from the bill's column table
+  // (common/bill_schema.h).  Amount is the bill's exact amount (micro-units,
+  // 6 decimals): bills are summed exactly and rounded per invoice line (see
+  // report).
+  std::vector<const planc::BillColumn*> listed;
+  std::vector<std::string> cols;
+  std::vector<bool> num;
+  for (const planc::BillColumn& c : planc::bill_columns()) {
+    if (!c.list_label) continue;
+    listed.push_back(&c);
+    cols.emplace_back(c.list_label);
+    num.push_back(planc::column_is_numeric(c));
+  }
   std::vector<std::vector<std::string>> rows;
   for (const planc::Bill& b : r.value()) {
-    std::string id = std::to_string(b.seg.job_id);
-    if (b.seg.array_job_id && b.seg.array_task_id != planc::kNoId)
-      id = std::to_string(b.seg.array_job_id) + "_" + std::to_string(b.seg.array_task_id);
-    rows.push_back({id, std::to_string(b.seg.segment), b.seg.user, b.seg.account, b.tier,
-                     b.seg.qos, b.seg.state, planc::exit_code_of(b.seg.wait_status).text,
-                     planc::pg_timestamp(b.seg.start_time).substr(0, 19),
-                     planc::pg_timestamp(b.seg.end_time).substr(0, 19),
-                     std::to_string(b.billable_seconds),
-                     planc::format_card_seconds(b.card_micro_seconds), std::to_string(b.core_seconds),
-                     planc::format_micros6(b.amount_micros), b.currency, b.zero_reason});
+    std::vector<std::string> row;
+    for (const planc::BillColumn* c : listed) row.push_back(planc::show_column(*c, b));
+    rows.push_back(std::move(row));
   }
+  print(cols, num, rows, o.format);
+  return 0;
+}
+
+// --- columns -----------------------------------------------------------------
+
+// planc.bill's columns as Plan C writes and reads them (the column table,
+// common/bill_schema.h), as information_schema.columns names them: what the
+// migrations must create.  Needs no database.
+int cmd_columns(const Options& o) {
+  std::vector<std::string> cols = {"Column", "Type", "Nullable"};
+  std::vector<bool> num = {false, false, false};
+  std::vector<std::vector<std::string>> rows;
+  for (const planc::BillColumn& c : planc::bill_columns())
+    if (c.in_table()) rows.push_back({c.name, c.sql_type, c.nullable ? "YES" : "NO"});
   print(cols, num, rows, o.format);
   return 0;
 }
@@ -547,6 +567,7 @@ int main(int argc, char** argv) {
   std::string cmd = argv[first];
   Options o = parse_options(argc - first, argv + first);
   if (!db_early.empty()) o.db = db_early;
+  if (cmd == "columns") return cmd_columns(o);
   // Connect as the Unix user running this (row-level security decides what
   // they see) unless the connection string names a role itself.
   std::string as_user;

@@ -34,7 +34,7 @@
 #include "common/bill_store.h"
 #include "common/billing.h"
 #include "common/config.h"
-#include "common/file_util.h"
+#include "common/append_file.h"
 
 namespace {
 
@@ -124,8 +124,15 @@ int main(int argc, char** argv) {
   std::vector<Percentiles> passes;
   for (int pass = 0; pass < 5; pass++) {
     char path[] = "/tmp/jobcomp_bench_spool.XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) die("mkstemp failed");
+    int tmp = mkstemp(path);
+    if (tmp < 0) die("mkstemp failed");
+    close(tmp);
+    // The callback's own appender (common/append_file.h), as jobcomp/planc
+    // holds it: one record, one write(2), under a mutex.
+    planc::RecordAppender appender;
+    auto file = planc::open_append_file(planc::posix_file_system(), path);
+    if (!file.ok()) die(file.error());
+    appender.replace(std::move(file).value());
     unlink(path);
     std::vector<double> cb;
     cb.reserve(n_cb);
@@ -134,11 +141,12 @@ int main(int argc, char** argv) {
       std::string line = planc::serialize_segment(segs[i]);
       {
         std::lock_guard<std::mutex> l(mu);
-        if (!planc::write_all(fd, line)) die("spool write failed");
+        if (!appender.append(std::move(line)).ok()) die("spool write failed");
       }
       cb.push_back(ns_since(t0));
     }
-    close(fd);
+    planc::AppendFile done = appender.replace({});
+    (void)planc::close_append_file(planc::posix_file_system(), done, false);
     passes.push_back(percentiles(cb));
     std::printf("callback pass %d: p50 %6.2f us  p99 %6.2f us  max %8.1f us\n", pass + 1,
                 passes.back().p50 / 1000, passes.back().p99 / 1000, passes.back().max / 1000);
@@ -149,9 +157,9 @@ int main(int argc, char** argv) {
   PGconn* pg = connect(conninfo);
   exec(pg, "SET TIME ZONE 'UTC'");
   exec(pg, "TRUNCATE planc.bill, planc.usage_hourly");
-  std::string ins = std::string("INSERT INTO planc.bill (") + planc::kBillColumns + ") VALUES (";
-  const int columns = 1 + static_cast<int>(std::count(planc::kBillColumns,
-                                                     planc::kBillColumns + std::strlen(planc::kBillColumns), ','));
+  const std::string bill_columns = planc::bill_copy_columns();
+  std::string ins = "INSERT INTO planc.bill (" + bill_columns + ") VALUES (";
+  const int columns = 1 + static_cast<int>(std::count(bill_columns.begin(), bill_columns.end(), ','));
   for (int j = 1; j <= columns; j++) ins += (j > 1 ? ",$" : "$") + std::to_string(j);
   ins += ")";
   std::vector<double> sync;
@@ -200,7 +208,7 @@ int main(int argc, char** argv) {
       exec(pg, "CHECKPOINT");
       auto t0 = Clock::now();
       if (raw) {
-        PGresult* start = PQexec(pg, (std::string("COPY planc.bill (") + planc::kBillColumns + ") FROM STDIN").c_str());
+        PGresult* start = PQexec(pg, ("COPY planc.bill (" + bill_columns + ") FROM STDIN").c_str());
         if (PQresultStatus(start) != PGRES_COPY_IN) die(PQerrorMessage(pg));
         PQclear(start);
         for (size_t off = 0; off < raw_rows.size(); off += 1 << 20) {

@@ -116,6 +116,10 @@ TEST(ConfigTest, ParsesValues) {
       {"SpotCapDayLength=60s", [](const PlancConfig& c) { return c.spot_day_seconds == 60; }},
       {"CardHourPriceFloor=30\nCardHourPrice=h800:40",
        [](const PlancConfig& c) { return c.prices.card_hour_floor == 30 * kMicrosPerUnit; }},
+      {"", [](const PlancConfig& c) { return c.spool_dir.empty(); }},  // StateSaveLocation's
+      {"SpoolDir=", [](const PlancConfig& c) { return c.spool_dir.empty(); }},
+      {"SpoolDir=/var/spool/planc/", [](const PlancConfig& c) { return c.spool_dir == "/var/spool/planc"; }},
+      {"SpoolDir=\"/srv/planc spool\"", [](const PlancConfig& c) { return c.spool_dir == "/srv/planc spool"; }},
   };
   for (const Case& c : cases) {
     auto r = parse_config(c.text, "planc.conf");
@@ -190,6 +194,8 @@ TEST(ConfigTest, Errors) {
       {"Tier=P3 QOS=a,b", "f.conf:1: key 'QOS'", "not a QoS name"},
       {"Tier=P3 Product=\"unterminated", "f.conf:1: key 'Product': unterminated quote", ""},
       {"JustAWord", "f.conf:1: 'JustAWord' is not of the form Key=Value", ""},
+      {"SpoolDir=spool", "f.conf:1: key 'SpoolDir': 'spool' is not an absolute path", "StateSaveLocation"},
+      {"Bogus=1", "f.conf:1: key 'Bogus': unknown key", "ShardsPerCard, SpoolDir"},
   };
   for (const Case& c : cases) {
     auto r = parse_config(c.text, "f.conf");

@@ -10,19 +10,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "test/unit/temp_dir.h"
+
 namespace planc {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/planc-state-test.XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string path;
-};
 
 Result<int> parse_number(const std::string& text) {
   uint64_t records = 0;

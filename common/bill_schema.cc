@@ -1,0 +1,397 @@
+#include "common/bill_schema.h"
+
+#include <charconv>
+#include <cstdio>
+#include <ctime>
+#include <type_traits>
+
+#include "common/record.h"
+
+namespace planc {
+namespace {
+
+using K = ColumnKind;
+using S = SacctField;
+
+// Accessors of one member, made by template so each table entry names its
+// member once.
+template <auto M>
+FieldValue seg_num(const Segment& s) {
+  return static_cast<int64_t>(s.*M);
+}
+template <auto M>
+FieldValue seg_text(const Segment& s) {
+  return std::string_view(s.*M);
+}
+template <auto M>
+bool seg_set_num(Segment& s, const FieldValue& v) {
+  s.*M = static_cast<std::remove_reference_t<decltype(s.*M)>>(v.num());
+  return true;
+}
+template <auto M>
+bool seg_set_text(Segment& s, const FieldValue& v) {
+  s.*M = std::string(v.text());
+  return true;
+}
+template <auto M>
+FieldValue bill_num(const Bill& b, std::string_view) {
+  return static_cast<int64_t>(b.*M);
+}
+template <auto M>
+FieldValue bill_text(const Bill& b, std::string_view) {
+  return std::string_view(b.*M);
+}
+template <auto M>
+bool bill_set_num(Bill& b, const FieldValue& v) {
+  b.*M = static_cast<std::remove_reference_t<decltype(b.*M)>>(v.num());
+  return true;
+}
+template <auto M>
+bool bill_set_text(Bill& b, const FieldValue& v) {
+  b.*M = std::string(v.text());
+  return true;
+}
+
+#define SEG_NUM(m) .seg_get = &seg_num<&Segment::m>, .seg_set = &seg_set_num<&Segment::m>
+#define SEG_TEXT(m) .seg_get = &seg_text<&Segment::m>, .seg_set = &seg_set_text<&Segment::m>
+#define BILL_NUM(m) .bill_get = &bill_num<&Bill::m>, .bill_set = &bill_set_num<&Bill::m>
+#define BILL_TEXT(m) .bill_get = &bill_text<&Bill::m>, .bill_set = &bill_set_text<&Bill::m>
+
+// gres as "name:type:count,...".
+FieldValue gres_get(const Segment& s) {
+  std::string out;
+  for (const GresUse& g : s.gres) {
+    if (!out.empty()) out += ',';
+    out += g.name + ':' + g.type + ':' + std::to_string(g.count);
+  }
+  return FieldValue::owned(std::move(out));
+}
+bool gres_set(Segment& s, const FieldValue& v) {
+  std::string_view gres = v.text();
+  s.gres.clear();
+  while (!gres.empty()) {
+    size_t comma = gres.find(',');
+    std::string_view item = gres.substr(0, comma);
+    size_t c1 = item.find(':'), c2 = item.rfind(':');
+    if (c1 == std::string_view::npos || c1 == c2) return false;
+    GresUse g;
+    g.name = item.substr(0, c1);
+    g.type = item.substr(c1 + 1, c2 - c1 - 1);
+    auto r = std::from_chars(item.data() + c2 + 1, item.data() + item.size(), g.count);
+    if (r.ec != std::errc() || r.ptr != item.data() + item.size()) return false;
+    s.gres.push_back(std::move(g));
+    gres = comma == std::string_view::npos ? std::string_view() : gres.substr(comma + 1);
+  }
+  return true;
+}
+
+FieldValue exit_status_get(const Bill& b, std::string_view) {
+  return static_cast<int64_t>(exit_code_of(b.seg.wait_status).status);
+}
+FieldValue exit_signal_get(const Bill& b, std::string_view) {
+  return static_cast<int64_t>(exit_code_of(b.seg.wait_status).signal);
+}
+FieldValue exit_code_get(const Bill& b, std::string_view) {
+  return FieldValue::owned(exit_code_of(b.seg.wait_status).text);
+}
+FieldValue source_get(const Bill&, std::string_view source) { return source; }
+
+std::string show_job_id(const Bill& b) {
+  if (b.seg.array_job_id && b.seg.array_task_id != kNoId)
+    return std::to_string(b.seg.array_job_id) + "_" + std::to_string(b.seg.array_task_id);
+  return std::to_string(b.seg.job_id);
+}
+std::string show_micros6(const Bill& b) { return format_micros6(b.amount_micros); }
+
+constexpr const char* kBigint = "bigint";
+constexpr const char* kInteger = "integer";
+constexpr const char* kTextType = "text";
+constexpr const char* kTimestamp = "timestamp with time zone";
+constexpr const char* kNumeric = "numeric";
+
+// The table.  Spooled entries (spool_since > 0) are in the record's order:
+// append new ones at the end, with the next version.
+const BillColumn kColumns[] = {
+    {.name = "cluster", .kind = K::kText, .sql_type = kTextType, .spool_since = 1,
+     SEG_TEXT(cluster), .sacct = S::kCluster},
+    {.name = "job_id", .kind = K::kInt, .sql_type = kBigint, .spool_since = 1, SEG_NUM(job_id),
+     .sacct = S::kJobId, .list_label = "JobID", .show = show_job_id},
+    {.name = "array_job_id", .kind = K::kInt, .sql_type = kBigint, .nullable = true,
+     .null_value = 0, .spool_since = 1, SEG_NUM(array_job_id)},
+    {.name = "array_task_id", .kind = K::kInt, .sql_type = kBigint, .nullable = true,
+     .null_value = kNoId, .spool_since = 1, SEG_NUM(array_task_id)},
+    {.name = "het_job_id", .kind = K::kInt, .sql_type = kBigint, .nullable = true,
+     .null_value = 0, .spool_since = 1, SEG_NUM(het_job_id)},
+    {.name = "het_job_offset", .kind = K::kInt, .sql_type = kInteger, .nullable = true,
+     .null_value = kNoId, .spool_since = 1, SEG_NUM(het_job_offset)},
+    {.name = "segment", .kind = K::kInt, .sql_type = kInteger, .spool_since = 1, SEG_NUM(segment),
+     .list_label = "Seg"},
+    {.name = "submit_time", .kind = K::kTime, .sql_type = kTimestamp, .nullable = true,
+     .null_value = 0, .spool_since = 1, SEG_NUM(submit_time), .sacct = S::kSubmit},
+    {.name = "start_time", .kind = K::kTime, .sql_type = kTimestamp, .spool_since = 1,
+     SEG_NUM(start_time), .sacct = S::kStart, .list_label = "Start(UTC)"},
+    {.name = "end_time", .kind = K::kTime, .sql_type = kTimestamp, .spool_since = 1,
+     SEG_NUM(end_time), .sacct = S::kEnd, .list_label = "End(UTC)"},
+    {.name = "suspended_seconds", .kind = K::kSpoolInt, .sql_type = "", .spool_since = 1,
+     SEG_NUM(suspended_seconds)},
+    {.name = "uid", .kind = K::kInt, .sql_type = kBigint, .spool_since = 1, SEG_NUM(uid),
+     .sacct = S::kUid},
+    {.name = "user_name", .kind = K::kText, .sql_type = kTextType, .spool_since = 1, SEG_TEXT(user),
+     .sacct = S::kUser, .list_label = "User"},
+    {.name = "account", .kind = K::kText, .sql_type = kTextType, .spool_since = 1,
+     SEG_TEXT(account), .sacct = S::kAccount, .list_label = "Account"},
+    {.name = "tier", .kind = K::kText, .sql_type = kTextType, BILL_TEXT(tier), .list_label = "Tier"},
+    {.name = "qos", .kind = K::kText, .sql_type = kTextType, .spool_since = 1, SEG_TEXT(qos),
+     .sacct = S::kQos, .list_label = "QOS"},
+    {.name = "partition", .kind = K::kText, .sql_type = kTextType, .spool_since = 1,
+     SEG_TEXT(partition), .sacct = S::kPartition},
+    {.name = "nodes", .kind = K::kText, .sql_type = kTextType, .spool_since = 1, SEG_TEXT(nodes),
+     .sacct = S::kNodes},
+    {.name = "node_count", .kind = K::kInt, .sql_type = kInteger, .spool_since = 1,
+     SEG_NUM(node_count), .sacct = S::kNodeCount},
+    {.name = "state", .kind = K::kText, .sql_type = kTextType, .spool_since = 1, SEG_TEXT(state),
+     .sacct = S::kState, .list_label = "State"},
+    {.name = "wait_status", .kind = K::kInt, .sql_type = kInteger, .spool_since = 1,
+     SEG_NUM(wait_status)},
+    {.name = "exit_status", .kind = K::kInt, .sql_type = kInteger, .bill_get = exit_status_get},
+    {.name = "exit_signal", .kind = K::kInt, .sql_type = kInteger, .bill_get = exit_signal_get},
+    {.name = "exit_code", .kind = K::kText, .sql_type = kTextType, .bill_get = exit_code_get,
+     .sacct = S::kExitCode, .list_label = "ExitCode"},
+    {.name = "job_name", .kind = K::kText, .sql_type = kTextType, .spool_since = 1,
+     SEG_TEXT(job_name), .sacct = S::kJobName},
+    {.name = "tres_req", .kind = K::kText, .sql_type = kTextType, .spool_since = 1,
+     SEG_TEXT(tres_req), .sacct = S::kTresReq},
+    {.name = "tres_alloc", .kind = K::kText, .sql_type = kTextType, .spool_since = 1,
+     SEG_TEXT(tres_alloc)},
+    {.name = "cpus", .kind = K::kInt, .sql_type = kInteger, .spool_since = 1, SEG_NUM(cpus),
+     .sacct = S::kCpus},
+    {.name = "mem_mib", .kind = K::kInt, .sql_type = kBigint, .spool_since = 1, SEG_NUM(mem_mib)},
+    {.name = "gres", .kind = K::kSpoolText, .sql_type = "", .spool_since = 1, .seg_get = gres_get,
+     .seg_set = gres_set},
+    {.name = "ran", .kind = K::kSpoolInt, .sql_type = "", .spool_since = 1, SEG_NUM(ran)},
+    {.name = "free_attempt", .kind = K::kSpoolInt, .sql_type = "", .spool_since = 1,
+     SEG_NUM(free_attempt)},
+    {.name = "admin_comment", .kind = K::kText, .sql_type = kTextType, .spool_since = 1,
+     SEG_TEXT(admin_comment)},
+    {.name = "preempted", .kind = K::kSpoolInt, .sql_type = "", .spool_since = 2, SEG_NUM(preempted)},
+    // Priced (common/billing.h): not spooled, the worker prices each record.
+    {.name = "gpu_cards", .kind = K::kMicros, .sql_type = kNumeric, BILL_NUM(card_micros)},
+    {.name = "gpu_detail", .kind = K::kText, .sql_type = kTextType, BILL_TEXT(gpu_detail)},
+    {.name = "billable_seconds", .kind = K::kInt, .sql_type = kBigint, BILL_NUM(billable_seconds),
+     .list_label = "Seconds"},
+    {.name = "card_seconds", .kind = K::kMicros, .sql_type = kNumeric,
+     BILL_NUM(card_micro_seconds), .list_label = "CardSeconds"},
+    {.name = "core_seconds", .kind = K::kInt, .sql_type = kBigint, BILL_NUM(core_seconds),
+     .list_label = "CoreSeconds"},
+    {.name = "mem_gib_seconds", .kind = K::kMibAsGib, .sql_type = kNumeric,
+     BILL_NUM(mem_mib_seconds)},
+    {.name = "card_hour_price", .kind = K::kMicros, .sql_type = kNumeric, .nullable = true,
+     .null_value = -1, BILL_NUM(card_hour_price)},
+    {.name = "core_hour_price", .kind = K::kMicros, .sql_type = kNumeric,
+     BILL_NUM(core_hour_price)},
+    {.name = "mem_gib_hour_price", .kind = K::kMicros, .sql_type = kNumeric,
+     BILL_NUM(mem_gib_hour_price)},
+    {.name = "tier_factor", .kind = K::kPermille, .sql_type = kNumeric, BILL_NUM(price_permille)},
+    {.name = "amount_minor", .kind = K::kInt, .sql_type = kBigint, BILL_NUM(amount_minor)},
+    {.name = "amount_micros", .kind = K::kInt, .sql_type = kBigint, BILL_NUM(amount_micros),
+     .list_label = "Amount", .show = show_micros6},
+    {.name = "currency", .kind = K::kText, .sql_type = kTextType, BILL_TEXT(currency),
+     .list_label = "Currency"},
+    {.name = "zero_reason", .kind = K::kText, .sql_type = kTextType, BILL_TEXT(zero_reason),
+     .list_label = "Free"},
+    {.name = "note", .kind = K::kText, .sql_type = kTextType, BILL_TEXT(note)},
+    {.name = "source", .kind = K::kText, .sql_type = kTextType, .bill_get = source_get},
+    {.name = "recorded_at", .kind = K::kServer, .sql_type = kTimestamp},
+};
+
+bool is_null(const BillColumn& c, const FieldValue& v) {
+  return c.nullable && !v.is_text() && v.num() == c.null_value;
+}
+
+// The spool record's current version: the highest any entry carries.
+int spool_version() {
+  int v = 0;
+  for (const BillColumn& c : kColumns) v = std::max(v, c.spool_since);
+  return v;
+}
+const std::string kSpoolPrefix = "planc-seg-";
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+// Sets one column from its text (a spool field or a SELECT value).
+bool set_from_text(const BillColumn& c, Bill& b, std::string_view text, std::string* error) {
+  FieldValue v = text;
+  if (!c.is_text()) {
+    int64_t n = 0;
+    auto r = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (r.ec != std::errc() || r.ptr != text.data() + text.size()) {
+      *error = "'" + std::string(text) + "' is not a number";
+      return false;
+    }
+    v = n;
+  }
+  bool ok = c.seg_set ? c.seg_set(b.seg, v) : c.bill_set ? c.bill_set(b, v) : true;
+  if (!ok) *error = "'" + std::string(text) + "' is malformed";
+  return ok;
+}
+
+}  // namespace
+
+std::span<const BillColumn> bill_columns() { return kColumns; }
+
+const BillColumn* find_bill_column(std::string_view name) {
+  for (const BillColumn& c : kColumns)
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+FieldValue column_value(const BillColumn& c, const Bill& b, std::string_view source) {
+  if (c.seg_get) return c.seg_get(b.seg);
+  if (c.bill_get) return c.bill_get(b, source);
+  return int64_t{0};
+}
+
+std::string pg_timestamp(int64_t t) {
+  time_t tt = static_cast<time_t>(t);
+  struct tm tm;
+  gmtime_r(&tt, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S+00", &tm);
+  return buf;
+}
+
+std::string format_gib_seconds(int64_t mib_seconds) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%lld.%010lld", static_cast<long long>(mib_seconds / 1024),
+                static_cast<long long>((mib_seconds % 1024) * 9765625LL));
+  return buf;
+}
+
+std::string bill_copy_columns() {
+  std::vector<std::string> names;
+  for (const BillColumn& c : kColumns)
+    if (c.written()) names.emplace_back(c.name);
+  return join(names);
+}
+
+std::string bill_copy_row(const Bill& b, std::string_view source) {
+  std::string row;
+  for (const BillColumn& c : kColumns) {
+    if (!c.written()) continue;
+    if (!row.empty()) row += '\t';
+    FieldValue v = column_value(c, b, source);
+    if (is_null(c, v)) {
+      row += "\\N";
+      continue;
+    }
+    char buf[32];
+    switch (c.kind) {
+      case K::kText: append_escaped(row, v.text()); break;
+      case K::kInt: row += std::to_string(v.num()); break;
+      case K::kTime: row += pg_timestamp(v.num()); break;
+      case K::kMicros: row += format_micros6(v.num()); break;
+      case K::kPermille:
+        std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(v.num() / 1000),
+                      static_cast<long long>(v.num() % 1000));
+        row += buf;
+        break;
+      case K::kMibAsGib: row += format_gib_seconds(v.num()); break;
+      default: break;
+    }
+  }
+  row += '\n';
+  return row;
+}
+
+std::string bill_select_list() {
+  std::vector<std::string> exprs;
+  for (const BillColumn& c : kColumns) {
+    if (!c.read_back()) continue;
+    const std::string n = c.name;
+    std::string e = c.kind == K::kTime       ? "extract(epoch FROM " + n + ")::bigint"
+                    : c.kind == K::kMicros   ? "(" + n + " * 1000000)::bigint"
+                    : c.kind == K::kPermille ? "(" + n + " * 1000)::bigint"
+                    : c.kind == K::kMibAsGib ? "(" + n + " * 1024)::bigint"
+                                             : n;
+    if (c.nullable) e = "coalesce(" + e + ", " + std::to_string(c.null_value) + ")";
+    exprs.push_back(e);
+  }
+  return join(exprs);
+}
+
+Result<Bill> bill_from_row(const std::vector<std::string>& row) {
+  Bill b;
+  size_t i = 0;
+  for (const BillColumn& c : kColumns) {
+    if (!c.read_back()) continue;
+    if (i >= row.size()) return Result<Bill>::failure(ErrorCode::kCorrupt, "too few columns");
+    std::string error;
+    if (!set_from_text(c, b, row[i++], &error))
+      return Result<Bill>::failure(ErrorCode::kCorrupt,
+                                   std::string("column ") + c.name + ": " + error);
+  }
+  return b;
+}
+
+std::string show_column(const BillColumn& c, const Bill& b) {
+  if (c.show) return c.show(b);
+  FieldValue v = column_value(c, b);
+  if (v.is_text()) return std::string(v.text());
+  switch (c.kind) {
+    case K::kTime: return pg_timestamp(v.num()).substr(0, 19);
+    case K::kMicros: return format_micros6(v.num());
+    default: return std::to_string(v.num());
+  }
+}
+
+bool column_is_numeric(const BillColumn& c) { return !c.is_text() && c.kind != K::kTime; }
+
+// --- the spool's record (declared in common/billing.h) ---------------------------
+
+std::string serialize_segment(const Segment& s) {
+  static const std::string version = kSpoolPrefix + std::to_string(spool_version());
+  RecordWriter r(version);
+  for (const BillColumn& c : kColumns) {
+    if (!c.spool_since) continue;
+    FieldValue v = c.seg_get(s);
+    if (v.is_text()) r.add(v.text());
+    else r.add(v.num());
+  }
+  return r.line();
+}
+
+Result<Segment> parse_segment(std::string_view line) {
+  using R = Result<Segment>;
+  auto rec = RecordReader::parse(line);
+  if (!rec.ok()) return R::failure(ErrorCode::kCorrupt, rec.error());
+  const RecordReader& f = rec.value();
+  const std::string& tag = f.str(0);
+  // planc-seg-N holds the fields of versions 1..N.
+  int version = 0;
+  if (tag.rfind(kSpoolPrefix, 0) == 0) {
+    auto r = std::from_chars(tag.data() + kSpoolPrefix.size(), tag.data() + tag.size(), version);
+    if (r.ec != std::errc() || r.ptr != tag.data() + tag.size()) version = 0;
+  }
+  size_t fields = 1;
+  for (const BillColumn& c : kColumns)
+    if (c.spool_since && c.spool_since <= version) fields++;
+  if (version < 1 || version > spool_version() || f.size() != fields)
+    return R::failure(ErrorCode::kCorrupt, "unknown record version '" + tag + "'");
+  Bill b;
+  size_t i = 1;
+  for (const BillColumn& c : kColumns) {
+    if (!c.spool_since || c.spool_since > version) continue;
+    std::string error;
+    if (!set_from_text(c, b, f.str(i), &error))
+      return R::failure(ErrorCode::kCorrupt,
+                        "field " + std::to_string(i) + " (" + c.name + "): " + error);
+    i++;
+  }
+  return std::move(b.seg);
+}
+
+}  // namespace planc

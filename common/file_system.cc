@@ -1,0 +1,94 @@
+#include "common/file_system.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace planc {
+
+int PosixFileSystem::open_append(const std::string& path) {
+  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+}
+ssize_t PosixFileSystem::write(int fd, const char* data, size_t size) {
+  return ::write(fd, data, size);
+}
+off_t PosixFileSystem::end_of(int fd) { return ::lseek(fd, 0, SEEK_END); }
+int PosixFileSystem::ftruncate(int fd, off_t length) { return ::ftruncate(fd, length); }
+int PosixFileSystem::fsync(int fd) { return ::fsync(fd); }
+int PosixFileSystem::close(int fd) { return ::close(fd); }
+
+int PosixFileSystem::fsync_dir(const std::string& dir) {
+  int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d < 0) return -1;
+  int r = ::fsync(d);
+  int saved = errno;
+  ::close(d);
+  errno = saved;
+  return r;
+}
+
+int PosixFileSystem::make_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) == 0) return 0;
+  struct stat st;
+  if (errno == EEXIST && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+  if (errno == EEXIST) errno = ENOTDIR;
+  return -1;
+}
+
+int PosixFileSystem::read_file(const std::string& path, std::string* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  out->clear();
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int saved = errno;
+      ::close(fd);
+      errno = saved;
+      return -1;
+    }
+    if (n == 0) break;
+    out->append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return 0;
+}
+
+int PosixFileSystem::list_dir(const std::string& dir, std::vector<std::string>* names) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return -1;
+  names->clear();
+  while (dirent* e = ::readdir(d)) {
+    if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
+    names->emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  return 0;
+}
+
+int PosixFileSystem::unlink(const std::string& path) { return ::unlink(path.c_str()); }
+
+PosixFileSystem& posix_file_system() {
+  static PosixFileSystem fs;
+  return fs;
+}
+
+std::string system_error(const char* what, const std::string& path, int err) {
+  return std::string(what) + " " + path + ": " + std::strerror(err);
+}
+
+ErrorCode error_code_of_errno(int err) {
+  switch (err) {
+    case ENOENT: return ErrorCode::kNotFound;
+    case EACCES: case EPERM: case EROFS: case ENOTDIR: case EISDIR: return ErrorCode::kUnreadable;
+    default: return ErrorCode::kRetryable;
+  }
+}
+
+}  // namespace planc
