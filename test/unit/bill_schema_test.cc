@@ -198,8 +198,12 @@ TEST(BillSchemaTest, TableIsConsistent) {
       EXPECT_GE(c.spool_since, version) << "new spooled fields go at the end";
       version = c.spool_since;
     }
-    if (c.written()) EXPECT_TRUE(c.seg_get || c.bill_get) << "a written column has a value";
-    if (c.nullable) EXPECT_FALSE(c.is_text()) << "NULL stands for a number";
+    if (c.written()) {
+      EXPECT_TRUE(c.seg_get || c.bill_get) << "a written column has a value";
+    }
+    if (c.nullable) {
+      EXPECT_FALSE(c.is_text()) << "NULL stands for a number";
+    }
   }
 }
 

@@ -128,7 +128,9 @@ TEST(SubmitPolicyTest, Modify) {
     r.on_free_attempt = std::string(c.what).rfind("free attempt", 0) == 0;
     SubmitDecision d = decide_modify(cfg(), r);
     EXPECT_EQ(d.error, c.error) << c.what;
-    if (d.ok()) EXPECT_EQ(d.qos, c.qos) << c.what;
+    if (d.ok()) {
+      EXPECT_EQ(d.qos, c.qos) << c.what;
+    }
     EXPECT_FALSE(d.set_requeue) << c.what;
   }
 }
