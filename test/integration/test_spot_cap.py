@@ -1,7 +1,7 @@
 """The daily spot cap on the private cluster, as users see it.
 
 planc.conf here: P3 may use 0.01 card-hours (36 card-seconds) per account
-per day, P2 is unlimited; a "day" lasts 3 minutes (SpotCapDayLength, the
+per day, P2 is unlimited; a "day" lasts 100 s (SpotCapDayLength, the
 short day for tests) and starts just after slurmctld has restarted with
 this configuration, so earlier tests' use does not count and "tomorrow"
 comes within the test.  The module restores the example planc.conf.
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-DAY = 180
+DAY = 100
 FIRST_RESET_AHEAD = 20  # seconds: after slurmctld's restart
 
 
