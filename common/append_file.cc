@@ -9,7 +9,8 @@ Result<AppendFile> open_append_file(FileSystem& fs, const std::string& path) {
   int fd = fs.open_append(path);
   if (fd < 0) {
     int err = errno;
-    return Result<AppendFile>::failure(error_code_of_errno(err), system_error("cannot create", path, err));
+    return Result<AppendFile>::failure(error_code_of_errno(err),
+                                       system_error("cannot create", path, err));
   }
   AppendFile f;
   f.path = path;
@@ -41,8 +42,10 @@ Result<bool> close_append_file(FileSystem& fs, AppendFile& file, bool sync) {
   if (!file.is_open()) return true;
   std::string err;
   int code = 0;
-  if (sync && fs.fsync(file.fd) != 0) code = errno, err = system_error("cannot fsync", file.path, code);
-  if (fs.close(file.fd) != 0 && err.empty()) code = errno, err = system_error("cannot close", file.path, code);
+  if (sync && fs.fsync(file.fd) != 0)
+    code = errno, err = system_error("cannot fsync", file.path, code);
+  if (fs.close(file.fd) != 0 && err.empty())
+    code = errno, err = system_error("cannot close", file.path, code);
   file.fd = -1;
   if (!err.empty()) return Result<bool>::failure(error_code_of_errno(code), err);
   return true;
@@ -51,9 +54,9 @@ Result<bool> close_append_file(FileSystem& fs, AppendFile& file, bool sync) {
 Result<bool> RecordAppender::append(std::string line) {
   if (!file_.is_open() || !waiting_.empty()) {
     waiting_.push_back(std::move(line));
-    return Result<bool>::failure(ErrorCode::kRetryable,
-                                 !file_.is_open() ? "no file open"
-                                                  : "earlier records are still waiting to be written");
+    return Result<bool>::failure(
+        ErrorCode::kRetryable,
+        !file_.is_open() ? "no file open" : "earlier records are still waiting to be written");
   }
   auto r = append_record(*fs_, file_, line);
   if (!r.ok()) waiting_.push_back(std::move(line));
@@ -71,7 +74,9 @@ Result<bool> RecordAppender::flush_waiting() {
   return true;
 }
 
-AppendFile RecordAppender::replace(AppendFile next) { return std::exchange(file_, std::move(next)); }
+AppendFile RecordAppender::replace(AppendFile next) {
+  return std::exchange(file_, std::move(next));
+}
 
 AppendFile RecordAppender::release(size_t* lost, std::string* problem) {
   *lost = 0;

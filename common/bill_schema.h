@@ -51,15 +51,31 @@ enum class ColumnKind {
 // The jobcomp_job_rec_t field `sacct -c` shows a column in
 // (src/common/slurm_jobcomp.h); the plugin knows the struct.
 enum class SacctField {
-  kNone, kCluster, kJobId, kSubmit, kStart, kEnd, kUid, kUser, kAccount, kQos,
-  kPartition, kNodes, kNodeCount, kState, kExitCode, kJobName, kTresReq, kCpus,
+  kNone,
+  kCluster,
+  kJobId,
+  kSubmit,
+  kStart,
+  kEnd,
+  kUid,
+  kUser,
+  kAccount,
+  kQos,
+  kPartition,
+  kNodes,
+  kNodeCount,
+  kState,
+  kExitCode,
+  kJobName,
+  kTresReq,
+  kCpus,
 };
 
 // One value: a number, or text (a view into the bill, or owned).
 class FieldValue {
  public:
-  FieldValue(int64_t n) : v_(n) {}                   // NOLINT: implicit on purpose
-  FieldValue(std::string_view t) : v_(t) {}          // NOLINT
+  FieldValue(int64_t n) : v_(n) {}           // NOLINT: implicit on purpose
+  FieldValue(std::string_view t) : v_(t) {}  // NOLINT
   static FieldValue owned(std::string s) { return FieldValue(std::move(s), 0); }
   bool is_text() const { return !std::holds_alternative<int64_t>(v_); }
   int64_t num() const { return std::get<int64_t>(v_); }
@@ -79,7 +95,7 @@ struct BillColumn {
   const char* sql_type;   // information_schema.columns.data_type ("" when no column)
   bool nullable = false;  // NULL in planc.bill when the value is null_value
   int64_t null_value = 0;
-  int spool_since = 0;    // record version that added it; 0: not in the spool
+  int spool_since = 0;  // record version that added it; 0: not in the spool
   // Where the value lives: a Segment field (seg_*), or the Bill (bill_*;
   // `source` is the writer, "jobcomp" or "reconcile").  A null setter: not
   // read back (derived from other columns, or the writer's own).
@@ -88,7 +104,7 @@ struct BillColumn {
   FieldValue (*bill_get)(const Bill&, std::string_view source) = nullptr;
   bool (*bill_set)(Bill&, const FieldValue&) = nullptr;
   SacctField sacct = SacctField::kNone;
-  const char* list_label = nullptr;  // planc-bill list's header, or not listed
+  const char* list_label = nullptr;            // planc-bill list's header, or not listed
   std::string (*show)(const Bill&) = nullptr;  // planc-bill list's text; null: by kind
 
   bool is_text() const { return kind == ColumnKind::kText || kind == ColumnKind::kSpoolText; }

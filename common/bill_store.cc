@@ -21,7 +21,7 @@ constexpr const char* kStageSql =
 
 // The hourly row's amount_minor is generated from amount_micros (schema
 // 0002): it is rounded once from the hour's sum, never summed itself.
-#define PLANC_USAGE_COLUMNS                                                                   \
+#define PLANC_USAGE_COLUMNS                                                                \
   "hour, cluster, account, user_name, tier, card_seconds, core_seconds, mem_gib_seconds, " \
   "amount_micros, segments"
 
@@ -33,8 +33,10 @@ constexpr const char* kInsertNewSql =
 
 constexpr const char* kUsageCopySql = "COPY stage_usage (" PLANC_USAGE_COLUMNS ") FROM STDIN";
 constexpr const char* kUsageUpsertSql =
-    "INSERT INTO planc.usage_hourly AS u (" PLANC_USAGE_COLUMNS ")"
-    " SELECT " PLANC_USAGE_COLUMNS " FROM stage_usage"
+    "INSERT INTO planc.usage_hourly AS u (" PLANC_USAGE_COLUMNS
+    ")"
+    " SELECT " PLANC_USAGE_COLUMNS
+    " FROM stage_usage"
     " ON CONFLICT (hour, cluster, account, user_name, tier) DO UPDATE SET"
     "  card_seconds = u.card_seconds + excluded.card_seconds,"
     "  core_seconds = u.core_seconds + excluded.core_seconds,"
@@ -80,8 +82,9 @@ Result<bool> BillStore::failed(const char* what, const pg_result* r) {
   last_sqlstate_ = state ? state : "";
   // No SQLSTATE from a live connection is a client-side failure (out of
   // memory, a COPY the server dropped): nothing an admin can fix, retry.
-  ErrorCode code = conn_ && PQstatus(conn_) != CONNECTION_OK ? ErrorCode::kRetryable
-                                                             : error_code_of_sqlstate(last_sqlstate_);
+  ErrorCode code = conn_ && PQstatus(conn_) != CONNECTION_OK
+                       ? ErrorCode::kRetryable
+                       : error_code_of_sqlstate(last_sqlstate_);
   return Result<bool>::failure(code, error_of(conn_, what));
 }
 
@@ -116,10 +119,14 @@ Result<bool> BillStore::connect() {
   // Defaults first: dbname is expanded as a whole connection string and
   // what it sets wins over them; a later user= wins over it.  Nothing may
   // hang for ever (the writer must stop when slurmctld does).
-  const char* keys[] = {"connect_timeout", "keepalives_idle", "options", "dbname",
-                        as_user_.empty() ? nullptr : "user", nullptr};
-  const char* values[] = {"10", "30", "-c statement_timeout=120000", conninfo_.c_str(),
-                          as_user_.c_str(), nullptr};
+  const char* keys[] = {"connect_timeout",
+                        "keepalives_idle",
+                        "options",
+                        "dbname",
+                        as_user_.empty() ? nullptr : "user",
+                        nullptr};
+  const char* values[] = {
+      "10", "30", "-c statement_timeout=120000", conninfo_.c_str(), as_user_.c_str(), nullptr};
   conn_ = PQconnectdbParams(keys, values, 1);
   if (PQstatus(conn_) != CONNECTION_OK) {
     std::string e = error_of(conn_, "cannot connect to PostgreSQL");
@@ -286,14 +293,13 @@ Result<std::vector<std::vector<std::string>>> BillStore::rows(
 
 Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
   using R = Result<std::vector<Bill>>;
-  std::string sql = "SELECT " + bill_select_list() +
-                    " FROM planc.bill WHERE true";
+  std::string sql = "SELECT " + bill_select_list() + " FROM planc.bill WHERE true";
   std::vector<std::string> params;
   auto any = [&](const char* column, const char* type, const std::vector<std::string>& v) {
     if (v.empty()) return;
     params.push_back(pg_text_array(v));
-    sql += std::string(" AND ") + column + " = ANY($" + std::to_string(params.size()) + "::" +
-           type + "[])";
+    sql += std::string(" AND ") + column + " = ANY($" + std::to_string(params.size()) +
+           "::" + type + "[])";
   };
   std::vector<std::string> uids;
   for (uint32_t id : f.uids) uids.push_back(std::to_string(id));

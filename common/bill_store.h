@@ -40,7 +40,7 @@ struct BillFilter {
   std::vector<std::string> users;
   std::vector<std::string> accounts;
   std::vector<uint32_t> job_ids;
-  std::vector<std::string> states;      // COMPLETED, PREEMPTED, ...
+  std::vector<std::string> states;  // COMPLETED, PREEMPTED, ...
   std::vector<std::string> partitions;
   int64_t start = 0;  // segments still running at or after start (0: any)
   int64_t end = 0;    // segments started at or before end (0: any)
@@ -91,7 +91,7 @@ class BillStore {
   std::string conninfo_;
   std::string as_user_;
   pg_conn* conn_ = nullptr;
-  bool staged_ = false;  // temp staging tables exist on this connection
+  bool staged_ = false;        // temp staging tables exist on this connection
   std::string last_sqlstate_;  // of the last COPY
 };
 

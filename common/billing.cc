@@ -13,7 +13,9 @@ using i128 = __int128;
 constexpr int64_t kSecondsPerHour = 3600;
 
 // Round half up of a non-negative rational num/den.
-int64_t round_half_up(i128 num, i128 den) { return static_cast<int64_t>((2 * num + den) / (2 * den)); }
+int64_t round_half_up(i128 num, i128 den) {
+  return static_cast<int64_t>((2 * num + den) / (2 * den));
+}
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -38,8 +40,7 @@ int64_t card_micros_of(const PlancConfig& cfg, const GresUse& g, std::string* no
   if (name == "mps") return count * kMicrosPerUnit / std::max<uint32_t>(cfg.prices.mps_per_card, 1);
   if (name == "shard") {
     if (!cfg.prices.shards_per_card) {
-      if (note)
-        *note += "gres/shard not billed as cards: ShardsPerCard is not set in planc.conf; ";
+      if (note) *note += "gres/shard not billed as cards: ShardsPerCard is not set in planc.conf; ";
       return 0;
     }
     return count * kMicrosPerUnit / cfg.prices.shards_per_card;
@@ -122,7 +123,8 @@ Bill price_segment(const PlancConfig& cfg, const Segment& seg) {
     if (!b.card_micro_seconds && !b.core_seconds && !b.mem_mib_seconds)
       b.zero_reason = "nothing billable allocated: no GPU cards, cores or memory";
     else if (num == 0)
-      b.zero_reason = "zero price: planc.conf prices (or the tier's PriceFactor) are 0 for what it held";
+      b.zero_reason =
+          "zero price: planc.conf prices (or the tier's PriceFactor) are 0 for what it held";
     else
       b.zero_reason = "exact amount below half a micro-unit (0.0000005 " + b.currency + ")";
   }
@@ -215,9 +217,9 @@ void valid_utf8(std::string* s) {
 }  // namespace
 
 void make_text_valid_utf8(Segment* seg) {
-  for (std::string* f : {&seg->cluster, &seg->user, &seg->account, &seg->qos, &seg->partition,
-                         &seg->nodes, &seg->state, &seg->job_name, &seg->tres_req,
-                         &seg->tres_alloc, &seg->admin_comment})
+  for (std::string* f :
+       {&seg->cluster, &seg->user, &seg->account, &seg->qos, &seg->partition, &seg->nodes,
+        &seg->state, &seg->job_name, &seg->tres_req, &seg->tres_alloc, &seg->admin_comment})
     valid_utf8(f);
   for (GresUse& g : seg->gres) {
     valid_utf8(&g.name);

@@ -78,12 +78,12 @@ struct Segment {
   // exit_code_of() turns it into what sacct shows.
   uint32_t wait_status = 0;
   std::string job_name;
-  std::string tres_req;    // Slurm's formatted strings, for the record
+  std::string tres_req;  // Slurm's formatted strings, for the record
   std::string tres_alloc;
-  uint32_t cpus = 0;       // allocated
-  uint64_t mem_mib = 0;    // allocated, whole job
+  uint32_t cpus = 0;     // allocated
+  uint64_t mem_mib = 0;  // allocated, whole job
   std::vector<GresUse> gres;
-  bool ran = true;          // false: ended before it was given resources
+  bool ran = true;            // false: ended before it was given resources
   bool free_attempt = false;  // the starvation upgrade's free P2 attempt
   // preempt/planc says this run was ended by a preemption although Slurm's
   // state says otherwise: it was cancelled by its owner during its grace
@@ -114,10 +114,10 @@ struct Bill {
   Micros core_hour_price = 0;
   Micros mem_gib_hour_price = 0;
   uint32_t price_permille = 1000;  // the tier's multiplier
-  int64_t amount_micros = 0;  // the amount, in 1e-6 of the currency (rule 1 above)
-  int64_t amount_minor = 0;   // minor_of_micros(amount_micros): this bill alone, never summed
-  std::string zero_reason;  // why amount_micros is 0, else ""; never empty on a zero bill
-  std::string note;         // anything the reader should know (e.g. a missing weight)
+  int64_t amount_micros = 0;       // the amount, in 1e-6 of the currency (rule 1 above)
+  int64_t amount_minor = 0;        // minor_of_micros(amount_micros): this bill alone, never summed
+  std::string zero_reason;         // why amount_micros is 0, else ""; never empty on a zero bill
+  std::string note;                // anything the reader should know (e.g. a missing weight)
 };
 
 // Prices a segment with the prices and tier factors in `cfg`.

@@ -56,8 +56,7 @@ std::optional<std::string> tokenize(std::string_view line, std::vector<Pair>* ou
            !std::isspace(static_cast<unsigned char>(line[eq])))
       ++eq;
     std::string key(line.substr(i, eq - i));
-    if (eq >= line.size() || line[eq] != '=')
-      return "'" + key + "' is not of the form Key=Value";
+    if (eq >= line.size() || line[eq] != '=') return "'" + key + "' is not of the form Key=Value";
     size_t v = eq + 1;
     std::string value;
     if (v < line.size() && line[v] == '"') {
@@ -137,17 +136,15 @@ class Parser {
   bool seen_in_line(const std::vector<Pair>& pairs) {
     for (size_t i = 0; i < pairs.size(); ++i)
       for (size_t j = i + 1; j < pairs.size(); ++j)
-        if (iequals(pairs[i].key, pairs[j].key))
-          return bad(pairs[j], "given twice on one line");
+        if (iequals(pairs[i].key, pairs[j].key)) return bad(pairs[j], "given twice on one line");
     return true;
   }
 
   bool uint_value(const Pair& p, uint64_t lo, uint64_t hi, uint32_t* out) {
     const std::string& v = p.value;
-    if (v.empty() || v.size() > 10 ||
-        v.find_first_not_of("0123456789") != std::string::npos)
-      return bad(p, "'" + v + "' is not a whole number (expected " +
-                        std::to_string(lo) + " to " + std::to_string(hi) + ")");
+    if (v.empty() || v.size() > 10 || v.find_first_not_of("0123456789") != std::string::npos)
+      return bad(p, "'" + v + "' is not a whole number (expected " + std::to_string(lo) + " to " +
+                        std::to_string(hi) + ")");
     uint64_t n = std::strtoull(v.c_str(), nullptr, 10);
     if (n < lo || n > hi)
       return bad(p, v + " is out of range (expected " + std::to_string(lo) + " to " +
@@ -191,9 +188,12 @@ class Parser {
 
   bool bool_value(const Pair& p, bool* out) {
     std::string v = lower(p.value);
-    if (v == "yes" || v == "true" || v == "1") *out = true;
-    else if (v == "no" || v == "false" || v == "0") *out = false;
-    else return bad(p, "'" + p.value + "' is not yes or no");
+    if (v == "yes" || v == "true" || v == "1")
+      *out = true;
+    else if (v == "no" || v == "false" || v == "0")
+      *out = false;
+    else
+      return bad(p, "'" + p.value + "' is not yes or no");
     return true;
   }
 
@@ -235,7 +235,9 @@ class Parser {
     cfg_.default_tier = t->id;
     return true;
   }
-  bool set_cap_percent(const Pair& p) { return uint_value(p, 1, 100, &cfg_.guaranteed_cap_percent); }
+  bool set_cap_percent(const Pair& p) {
+    return uint_value(p, 1, 100, &cfg_.guaranteed_cap_percent);
+  }
   bool set_guaranteed_partition(const Pair& p) {
     return name_value(p, &cfg_.guaranteed_partition, true);
   }
@@ -312,9 +314,7 @@ class Parser {
     while (cfg_.spool_dir.size() > 1 && cfg_.spool_dir.back() == '/') cfg_.spool_dir.pop_back();
     return true;
   }
-  bool set_shards(const Pair& p) {
-    return uint_value(p, 1, 1000000, &cfg_.prices.shards_per_card);
-  }
+  bool set_shards(const Pair& p) { return uint_value(p, 1, 1000000, &cfg_.prices.shards_per_card); }
 
   // Card-hours per account per day, or "unlimited".
   bool spot_cap(const Pair& p, TierId tier) {
@@ -325,8 +325,8 @@ class Parser {
     }
     auto m = parse_decimal_micros(p.value);
     if (!m)
-      return bad(p, "'" + p.value +
-                        "' is not a number of card-hours (e.g. 100 or 0.5) or 'unlimited'");
+      return bad(
+          p, "'" + p.value + "' is not a number of card-hours (e.g. 100 or 0.5) or 'unlimited'");
     cap = static_cast<uint64_t>(*m) * 3600 / kMicrosPerUnit;
     return true;
   }
@@ -341,7 +341,8 @@ class Parser {
                 std::map<std::string, Micros>* out) {
     std::map<std::string, Micros> values;
     auto items = split_list(p.value);
-    if (items.empty()) return bad(p, "expected TYPE:" + what + "[,TYPE:" + what + "...], e.g. " + example);
+    if (items.empty())
+      return bad(p, "expected TYPE:" + what + "[,TYPE:" + what + "...], e.g. " + example);
     for (const std::string& item : items) {
       size_t colon = item.find(':');
       if (colon == std::string::npos || colon == 0)
@@ -378,8 +379,8 @@ class Parser {
     const Tier& t = *tier_;
     if (t.price_permille < t.price_min_permille || t.price_permille > t.price_max_permille) {
       if (factor)
-        return bad(*factor, factor->value + " is outside the policy's range for " + t.label +
-                                " (" + format_micros(t.price_min_permille * 1000) + " to " +
+        return bad(*factor, factor->value + " is outside the policy's range for " + t.label + " (" +
+                                format_micros(t.price_min_permille * 1000) + " to " +
                                 format_micros(t.price_max_permille * 1000) + ")");
       const Pair* range = nullptr;
       for (const Pair& p : pairs)
@@ -566,7 +567,8 @@ std::optional<uint32_t> parse_time_of_day(std::string_view s) {
   uint32_t parts[3] = {0, 0, 0};
   for (size_t i = 0, n = 0; i < s.size(); i += 3, ++n) {
     if (!std::isdigit(static_cast<unsigned char>(s[i])) ||
-        !std::isdigit(static_cast<unsigned char>(s[i + 1])) || (i + 2 < s.size() && s[i + 2] != ':'))
+        !std::isdigit(static_cast<unsigned char>(s[i + 1])) ||
+        (i + 2 < s.size() && s[i + 2] != ':'))
       return std::nullopt;
     parts[n] = static_cast<uint32_t>((s[i] - '0') * 10 + (s[i + 1] - '0'));
   }
@@ -608,11 +610,16 @@ std::optional<uint32_t> parse_duration(std::string_view s) {
   if (i == 0) return std::nullopt;
   std::string unit = lower(s.substr(i));
   uint64_t mult;
-  if (unit.empty() || unit == "s" || unit == "sec") mult = 1;
-  else if (unit == "m" || unit == "min") mult = 60;
-  else if (unit == "h") mult = 3600;
-  else if (unit == "d") mult = 86400;
-  else return std::nullopt;
+  if (unit.empty() || unit == "s" || unit == "sec")
+    mult = 1;
+  else if (unit == "m" || unit == "min")
+    mult = 60;
+  else if (unit == "h")
+    mult = 3600;
+  else if (unit == "d")
+    mult = 86400;
+  else
+    return std::nullopt;
   if (n * mult > 0xffffffffULL) return std::nullopt;
   return static_cast<uint32_t>(n * mult);
 }
@@ -643,8 +650,8 @@ std::vector<std::string> policy_warnings(const PlancConfig& cfg) {
   }
   const Tier &p0 = tt.tier(TierId::kP0), &p1 = tt.tier(TierId::kP1);
   if (p0.priority != p1.priority)
-    warn("P0 has Priority=" + std::to_string(p0.priority) + " and P1 Priority=" +
-             std::to_string(p1.priority),
+    warn("P0 has Priority=" + std::to_string(p0.priority) +
+             " and P1 Priority=" + std::to_string(p1.priority),
          "P0 and P1 weigh the same");
   constexpr const char* kCap = "P0+P1 within GuaranteedCapPercent (at most 80% of the GPUs)";
   if (cfg.guaranteed_partition.empty())
@@ -674,7 +681,8 @@ std::vector<std::string> policy_warnings(const PlancConfig& cfg) {
 }
 
 uint32_t guaranteed_gpu_cap(const PlancConfig& cfg, uint32_t total_gpus) {
-  return static_cast<uint32_t>(static_cast<uint64_t>(total_gpus) * cfg.guaranteed_cap_percent / 100);
+  return static_cast<uint32_t>(static_cast<uint64_t>(total_gpus) * cfg.guaranteed_cap_percent /
+                               100);
 }
 
 Result<PlancConfig> parse_config(std::string_view text, std::string_view filename) {

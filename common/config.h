@@ -40,8 +40,8 @@ struct Prices {
   std::map<std::string, Micros> card_hour{{"h800", 20 * kMicrosPerUnit}};
   Micros default_card_hour = 20 * kMicrosPerUnit;
   Micros card_hour_floor = 10 * kMicrosPerUnit;
-  Micros core_hour = 100000;     // 0.10
-  Micros mem_gib_hour = 10000;   // 0.01
+  Micros core_hour = 100000;    // 0.10
+  Micros mem_gib_hour = 10000;  // 0.01
   // Fractional GPUs.  A gres/gpu type listed here is that share of a card
   // (MIG profiles: 1g.10gb is 1/7 of an H800/A100); other types are whole
   // cards.  gres/mps counts MpsPerCard per card; gres/shard ShardsPerCard

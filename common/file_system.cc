@@ -85,9 +85,16 @@ std::string system_error(const char* what, const std::string& path, int err) {
 
 ErrorCode error_code_of_errno(int err) {
   switch (err) {
-    case ENOENT: return ErrorCode::kNotFound;
-    case EACCES: case EPERM: case EROFS: case ENOTDIR: case EISDIR: return ErrorCode::kUnreadable;
-    default: return ErrorCode::kRetryable;
+    case ENOENT:
+      return ErrorCode::kNotFound;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+    case ENOTDIR:
+    case EISDIR:
+      return ErrorCode::kUnreadable;
+    default:
+      return ErrorCode::kRetryable;
   }
 }
 

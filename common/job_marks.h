@@ -64,8 +64,7 @@ std::optional<time_t> free_attempt_upgraded_at(std::string_view admin_comment);
 // AdminComment is `current`: its note replaces an earlier Plan C note, a
 // free-attempt mark is kept in front of it, and an admin's own text is
 // never overwritten (nullopt: leave AdminComment as it is).
-std::optional<std::string> admin_comment_with_note(std::string_view current,
-                                                   std::string_view note);
+std::optional<std::string> admin_comment_with_note(std::string_view current, std::string_view note);
 
 }  // namespace planc
 

@@ -184,9 +184,12 @@ RunEndVerdict judge_run_end(const PlancConfig& cfg, const RunEndFacts& f) {
   using E = RunEndFacts::Ending;
   switch (f.ending) {
     case E::kPreempted:
-    case E::kNodeFail: return RunEndVerdict::kNotOurs;
-    case E::kCancelled: return RunEndVerdict::kCancelledInGrace;
-    default: break;
+    case E::kNodeFail:
+      return RunEndVerdict::kNotOurs;
+    case E::kCancelled:
+      return RunEndVerdict::kCancelledInGrace;
+    default:
+      break;
   }
   if (cfg.grace_finished_exit_code >= 0 && WIFEXITED(f.wait_status) &&
       static_cast<int32_t>(WEXITSTATUS(f.wait_status)) == cfg.grace_finished_exit_code)
@@ -222,8 +225,8 @@ std::string preemption_note(const PlancConfig& cfg, const PreemptionEvent& e,
     uint32_t left = e.count_in_window ? e.count_in_window - 1 : 0;
     return "planc: preemption at " + format_utc(e.when) + by + " called off at " +
            format_utc(o.at) + " (" + o.detail + "); SIGTERM was sent at " + format_utc(e.when) +
-           "; this job keeps running and the preemption is not counted (" +
-           std::to_string(left) + of_most + window + ")";
+           "; this job keeps running and the preemption is not counted (" + std::to_string(left) +
+           of_most + window + ")";
   }
   std::string s = "planc: preempted at " + format_utc(e.when) + by;
   if (e.grace_seconds)
@@ -231,13 +234,18 @@ std::string preemption_note(const PlancConfig& cfg, const PreemptionEvent& e,
          std::to_string(e.grace_seconds) + " s to checkpoint)";
   else
     s += "; no grace (" + victim.label + ")";
-  const std::string then = e.requeue ? "requeued (auto-restart)" : "cancelled (job not requeueable)";
+  const std::string then =
+      e.requeue ? "requeued (auto-restart)" : "cancelled (job not requeueable)";
   switch (o.end) {
     case PreemptionEnd::kInProgress:
       s += e.grace_seconds ? "; to be " + then + " when the grace ends" : "; " + then;
       break;
-    case PreemptionEnd::kRequeued: s += "; requeued (auto-restart)"; break;
-    case PreemptionEnd::kCancelled: s += "; cancelled (job not requeueable)"; break;
+    case PreemptionEnd::kRequeued:
+      s += "; requeued (auto-restart)";
+      break;
+    case PreemptionEnd::kCancelled:
+      s += "; cancelled (job not requeueable)";
+      break;
     case PreemptionEnd::kEndedInGrace:
       s += "; ended on its own at " + format_utc(o.at) + " during the grace (" + o.detail +
            "): treated as preempted, " + then;
@@ -250,7 +258,8 @@ std::string preemption_note(const PlancConfig& cfg, const PreemptionEvent& e,
       s += "; cancelled at " + format_utc(o.at) + " during the grace " + o.detail +
            ": not requeued, this run is not billed";
       break;
-    case PreemptionEnd::kCalledOff: break;
+    case PreemptionEnd::kCalledOff:
+      break;
   }
   s += "; preemption " + std::to_string(e.count_in_window) + of_most + window;
   if (e.capped_until) s += "; protected from preemption until " + format_utc(e.capped_until);
@@ -258,8 +267,8 @@ std::string preemption_note(const PlancConfig& cfg, const PreemptionEvent& e,
     const Tier* t = e.advised_tier >= 0 && e.advised_tier < kTierCount
                         ? &cfg.tiers.tier(static_cast<TierId>(e.advised_tier))
                         : nullptr;
-    s += ". " + advice_for(cfg, t, e.account, "To avoid preemption retry in a guaranteed tier: ",
-                           false);
+    s += ". " +
+         advice_for(cfg, t, e.account, "To avoid preemption retry in a guaranteed tier: ", false);
   }
   return s;
 }

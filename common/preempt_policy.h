@@ -174,13 +174,13 @@ std::string guaranteed_advice(const PlancConfig& cfg, TierId from, const Entitle
 struct PreemptionEvent {
   uint32_t victim_job = 0;
   TierId victim_tier = TierId::kP3;
-  uint32_t preemptor_job = 0;      // 0: unknown
+  uint32_t preemptor_job = 0;  // 0: unknown
   TierId preemptor_tier = TierId::kP0;
   time_t when = 0;
   uint32_t grace_seconds = 0;
   bool requeue = false;
-  uint32_t count_in_window = 0;    // including this one
-  time_t capped_until = 0;         // 0: not capped by this preemption
+  uint32_t count_in_window = 0;  // including this one
+  time_t capped_until = 0;       // 0: not capped by this preemption
   // The advice: the guaranteed tier the account may use (-1: none).
   int8_t advised_tier = -1;
   std::string account;
@@ -220,10 +220,10 @@ struct RunEndFacts {
   uint32_t wait_status = 0;  // Slurm's job exit_code (a wait status)
 };
 enum class RunEndVerdict : uint8_t {
-  kNotOurs,            // Slurm's own preemption (PREEMPTED) or a node failure
-  kTreatAsPreempted,   // ended on its own during the grace: PREEMPTED, requeued if it may be
-  kFinished,           // exited with GraceFinishedExitCode: COMPLETED, billed
-  kCancelledInGrace,   // scancel during the grace: stays CANCELLED, billed free
+  kNotOurs,           // Slurm's own preemption (PREEMPTED) or a node failure
+  kTreatAsPreempted,  // ended on its own during the grace: PREEMPTED, requeued if it may be
+  kFinished,          // exited with GraceFinishedExitCode: COMPLETED, billed
+  kCancelledInGrace,  // scancel during the grace: stays CANCELLED, billed free
 };
 // The policy: "a job that ends in any way while its preemption is in
 // progress is treated as preempted", whether it exits 0, non-zero or by a

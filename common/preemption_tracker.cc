@@ -138,7 +138,8 @@ PreemptionTracker::RunEnd PreemptionTracker::run_ended(uint32_t job_id, RunEndVe
       r.kind = K::kCancelledInGrace;
       if (in_grace) drop_victim(job_id);
       break;
-    case RunEndVerdict::kNotOurs: break;
+    case RunEndVerdict::kNotOurs:
+      break;
   }
   return r;
 }
@@ -198,7 +199,8 @@ std::vector<TrackerAction> PreemptionTracker::plan(TimeMs now_ms,
         else
           drop.push_back(id);  // requeued by someone else, or gone
         break;
-      case Phase::kRequeuing: break;
+      case Phase::kRequeuing:
+        break;
     }
   }
   for (uint32_t id : drop) victims_.erase(id);
@@ -238,9 +240,12 @@ void PreemptionTracker::done(const TrackerAction& a, bool happened) {
       ledger_.unrecord(a.job_id, a.event.when);
       drop_victim(a.job_id);
       break;
-    case K::kRequeue: drop_victim(a.job_id); break;
+    case K::kRequeue:
+      drop_victim(a.job_id);
+      break;
     case K::kKill:
-    case K::kReleasePreemptor: break;
+    case K::kReleasePreemptor:
+      break;
   }
 }
 

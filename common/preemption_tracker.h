@@ -67,10 +67,10 @@ inline constexpr TimeMs kGraceSlackMs = 2;
 struct JobView {
   enum class State : uint8_t { kGone, kPending, kRunning, kCompleting, kFinished };
   State state = State::kGone;
-  bool in_preemption = false;       // a victim: Slurm's preempt_time is set
-  bool preempted_state = false;     // its base state is PREEMPTED
-  bool waits_on_preemption = false; // a preemptor: pending with preempt_start_time set
-  bool cancelled = false;           // finished as CANCELLED
+  bool in_preemption = false;        // a victim: Slurm's preempt_time is set
+  bool preempted_state = false;      // its base state is PREEMPTED
+  bool waits_on_preemption = false;  // a preemptor: pending with preempt_start_time set
+  bool cancelled = false;            // finished as CANCELLED
 };
 
 struct TrackerAction {
@@ -119,11 +119,11 @@ class PreemptionTracker {
   // for: see kDuplicate).
   struct RunEnd {
     enum class Kind : uint8_t {
-      kNone,            // nothing to change
-      kSlurmEnded,      // Slurm ended the grace itself (a scheduling pass got there
-                        // first): the note's final word is still the plugin's, and
-                        // the victim is watched for its SIGKILL as a graceless one
-      kDuplicate,       // the record Slurm writes again when the worker requeues (kRequeue)
+      kNone,        // nothing to change
+      kSlurmEnded,  // Slurm ended the grace itself (a scheduling pass got there
+                    // first): the note's final word is still the plugin's, and
+                    // the victim is watched for its SIGKILL as a graceless one
+      kDuplicate,   // the record Slurm writes again when the worker requeues (kRequeue)
       kTreatAsPreempted,
       kFinished,
       kCancelledInGrace,

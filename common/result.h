@@ -26,12 +26,18 @@ enum class ErrorCode {
 // "not found", "unreadable", ...: for logs.
 inline const char* error_code_name(ErrorCode c) {
   switch (c) {
-    case ErrorCode::kInvalid: return "invalid";
-    case ErrorCode::kNotFound: return "not found";
-    case ErrorCode::kUnreadable: return "unreadable";
-    case ErrorCode::kCorrupt: return "corrupt";
-    case ErrorCode::kRetryable: return "retryable";
-    case ErrorCode::kRefused: return "refused";
+    case ErrorCode::kInvalid:
+      return "invalid";
+    case ErrorCode::kNotFound:
+      return "not found";
+    case ErrorCode::kUnreadable:
+      return "unreadable";
+    case ErrorCode::kCorrupt:
+      return "corrupt";
+    case ErrorCode::kRetryable:
+      return "retryable";
+    case ErrorCode::kRefused:
+      return "refused";
   }
   return "?";
 }

@@ -34,7 +34,8 @@ Result<std::vector<uint64_t>> Spool::pending() const {
     unsigned long long seq;
     int used = 0;
     // NNN.spool only: never <file>.rejected, never anything not ours.
-    if (std::sscanf(n.c_str(), "%llu.spool%n", &seq, &used) == 1 && used == static_cast<int>(n.size()))
+    if (std::sscanf(n.c_str(), "%llu.spool%n", &seq, &used) == 1 &&
+        used == static_cast<int>(n.size()))
       seqs.push_back(seq);
   }
   std::sort(seqs.begin(), seqs.end());
@@ -59,7 +60,8 @@ std::deque<std::string> Spool::finish(AppendFile file, std::deque<std::string> r
     }
   }
   if (auto r = close_append_file(*fs_, file, true); !r.ok() && error->empty()) *error = r.error();
-  if (fs_->fsync_dir(dir_) != 0 && error->empty()) *error = system_error("cannot fsync", dir_, errno);
+  if (fs_->fsync_dir(dir_) != 0 && error->empty())
+    *error = system_error("cannot fsync", dir_, errno);
   return left;
 }
 
@@ -105,7 +107,8 @@ Result<bool> Spool::set_aside(uint64_t seq, std::string_view line) const {
 Result<bool> Spool::remove(uint64_t seq) const {
   if (fs_->unlink(path(seq)) == 0 || errno == ENOENT) return true;
   int err = errno;
-  return Result<bool>::failure(error_code_of_errno(err), system_error("cannot remove", path(seq), err));
+  return Result<bool>::failure(error_code_of_errno(err),
+                               system_error("cannot remove", path(seq), err));
 }
 
 Result<SpoolStored> Spool::store(uint64_t seq, const PriceFn& price, const WriteFn& write,

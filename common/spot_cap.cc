@@ -34,8 +34,8 @@ uint64_t SpotUsage::used(std::string_view account, TierId tier, time_t now) cons
   return static_cast<uint64_t>(e.running_gpus) * static_cast<uint64_t>(now - rule_.start(now));
 }
 
-void SpotLedger::add(const std::string& account, TierId tier, uint32_t gpus, time_t from,
-                     time_t to, time_t day_start) {
+void SpotLedger::add(const std::string& account, TierId tier, uint32_t gpus, time_t from, time_t to,
+                     time_t day_start) {
   from = std::max(from, day_start);
   if (to <= from || gpus == 0) return;
   settled_[{account, tier}] += static_cast<uint64_t>(gpus) * static_cast<uint64_t>(to - from);
@@ -82,7 +82,8 @@ SpotUsage SpotLedger::usage() const {
   SpotUsage u;
   u.rule_ = rule_;
   u.as_of_ = as_of_;
-  for (const auto& [key, cs] : settled_) u.by_account_[key.first][tier_index(key.second)].settled = cs;
+  for (const auto& [key, cs] : settled_)
+    u.by_account_[key.first][tier_index(key.second)].settled = cs;
   for (const auto& [id, t] : tracked_)
     u.by_account_[t.account][tier_index(t.tier)].running_gpus += t.gpus;
   return u;
@@ -194,15 +195,15 @@ std::optional<std::string> spot_cap_refusal(const PlancConfig& cfg, const Entitl
   char when[40];
   std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
   uint32_t left = static_cast<uint32_t>(reset - now);
-  std::string in = left >= 3600 ? std::to_string(left / 3600) + " h " +
-                                      std::to_string(left % 3600 / 60) + " min"
-                   : left >= 60 ? std::to_string(left / 60) + " min"
-                                : std::to_string(left) + " s";
-  return "daily spot cap reached: account " + ent.account + " has used " +
-         format_card_hours(used) + " of its " + format_card_hours(cap) + " card-hours of " +
-         t.label + " (" + t.qos + ") today, counting running jobs. The cap resets at " + when +
-         " UTC" + format_utc_offset(cfg.spot_utc_offset_seconds) + " (in " + in +
-         "). " + guaranteed_advice(cfg, tier, ent, "To run now, use a guaranteed tier: ", true);
+  std::string in =
+      left >= 3600 ? std::to_string(left / 3600) + " h " + std::to_string(left % 3600 / 60) + " min"
+      : left >= 60 ? std::to_string(left / 60) + " min"
+                   : std::to_string(left) + " s";
+  return "daily spot cap reached: account " + ent.account + " has used " + format_card_hours(used) +
+         " of its " + format_card_hours(cap) + " card-hours of " + t.label + " (" + t.qos +
+         ") today, counting running jobs. The cap resets at " + when + " UTC" +
+         format_utc_offset(cfg.spot_utc_offset_seconds) + " (in " + in + "). " +
+         guaranteed_advice(cfg, tier, ent, "To run now, use a guaranteed tier: ", true);
 }
 
 }  // namespace planc

@@ -57,7 +57,7 @@ struct RunningSpotJob {
   std::string account;
   TierId tier = TierId::kP3;  // the tier it counts in
   uint32_t gpus = 0;
-  time_t start_time = 0;      // of the current run
+  time_t start_time = 0;  // of the current run
 };
 
 // What job_submit/planc reads: use per account and tier, as of a sample,

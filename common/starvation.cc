@@ -10,14 +10,22 @@ bool reason_counts(PendingReason r) {
 
 std::string_view reason_name(PendingReason r) {
   switch (r) {
-    case PendingReason::kNone: return "None";
-    case PendingReason::kResources: return "Resources";
-    case PendingReason::kPriority: return "Priority";
-    case PendingReason::kHeld: return "a hold";
-    case PendingReason::kDependency: return "Dependency";
-    case PendingReason::kBeginTime: return "BeginTime";
-    case PendingReason::kAccountLimit: return "an account or QoS limit";
-    case PendingReason::kOther: return "another reason";
+    case PendingReason::kNone:
+      return "None";
+    case PendingReason::kResources:
+      return "Resources";
+    case PendingReason::kPriority:
+      return "Priority";
+    case PendingReason::kHeld:
+      return "a hold";
+    case PendingReason::kDependency:
+      return "Dependency";
+    case PendingReason::kBeginTime:
+      return "BeginTime";
+    case PendingReason::kAccountLimit:
+      return "an account or QoS limit";
+    case PendingReason::kOther:
+      return "another reason";
   }
   return "?";
 }

@@ -38,10 +38,10 @@
 namespace planc {
 
 enum class PendingReason {
-  kNone,          // not yet looked at by the scheduler
-  kResources,     // counts
-  kPriority,      // counts
-  kHeld,          // by the user or an admin
+  kNone,       // not yet looked at by the scheduler
+  kResources,  // counts
+  kPriority,   // counts
+  kHeld,       // by the user or an admin
   kDependency,
   kBeginTime,     // --begin, or a requeued job's restart delay
   kAccountLimit,  // association or QoS limits
@@ -77,9 +77,9 @@ std::vector<Upgrade> select_upgrades(const PlancConfig& cfg, const std::vector<P
 // A pending job carrying the free-attempt mark.
 struct MarkedJob {
   uint32_t job_id = 0;
-  TierId tier = TierId::kP2;  // its tier now
-  time_t submit_time = 0;     // Slurm resets it on requeue
-  time_t upgraded_at = 0;     // from the mark; 0: unreadable
+  TierId tier = TierId::kP2;                    // its tier now
+  time_t submit_time = 0;                       // Slurm resets it on requeue
+  time_t upgraded_at = 0;                       // from the mark; 0: unreadable
   TierId from = TierId::kP3, to = TierId::kP2;  // from the mark
 };
 

@@ -52,7 +52,8 @@ Result<std::string_view> unframe_state(std::string_view text, std::string_view h
   auto tw = split_words(trailer.substr(0, trailer.size() - 1));
   if (tw.size() != 3 || !parse_u64(tw[1], records) || tw[2].size() != 16)
     return R::failure("malformed trailer");
-  if (tw[2] != hex16(fnv1a(body))) return R::failure("checksum mismatch (corrupt or partly written)");
+  if (tw[2] != hex16(fnv1a(body)))
+    return R::failure("checksum mismatch (corrupt or partly written)");
   return body;
 }
 

@@ -15,8 +15,7 @@ std::string unknown_tier_message(const PlancConfig& cfg, const std::string& type
   return "unknown tier '" + typed + "' in --qos. Valid tiers: " + cfg.tiers.describe_names();
 }
 
-std::string not_entitled_message(const PlancConfig& cfg, const Tier& t,
-                                 const SubmitRequest& req) {
+std::string not_entitled_message(const PlancConfig& cfg, const Tier& t, const SubmitRequest& req) {
   std::string who = req.account.empty() ? "your account" : "account " + req.account;
   std::string usable;
   for (const Tier& other : cfg.tiers.all()) {
@@ -24,12 +23,13 @@ std::string not_entitled_message(const PlancConfig& cfg, const Tier& t,
     if (!usable.empty()) usable += ", ";
     usable += other.qos + " (" + other.label + ")";
   }
-  std::string msg = "tier " + t.label + " (" + t.qos + ", " + t.product + ") is not available to " +
-                    who + ". ";
+  std::string msg =
+      "tier " + t.label + " (" + t.qos + ", " + t.product + ") is not available to " + who + ". ";
   if (usable.empty())
     msg += who + " may use no Plan C tier; ask your account coordinator for access.";
   else
-    msg += who + " may use: " + usable + ". Submit with --qos=<one of those>, or ask your "
+    msg += who + " may use: " + usable +
+           ". Submit with --qos=<one of those>, or ask your "
            "account coordinator for access.";
   return msg;
 }
@@ -39,8 +39,7 @@ SubmitDecision judge(const PlancConfig& cfg, const SubmitRequest& req, const Tie
   d.tier = &t;
   d.qos = t.qos;
   d.qos_changed = req.requested_qos != t.qos;
-  if (req.assoc_known && !req.privileged &&
-      !contains(req.allowed_qos, t.qos)) {
+  if (req.assoc_known && !req.privileged && !contains(req.allowed_qos, t.qos)) {
     d.error = SubmitError::kNotEntitled;
     d.message = not_entitled_message(cfg, t, req);
   }
@@ -74,8 +73,9 @@ void route(const PlancConfig& cfg, const SubmitRequest& req, SubmitDecision* d) 
     }
   } else if (!req.partition.empty() && lists(req.partition, gp)) {
     d->error = SubmitError::kWrongPartition;
-    d->message = "partition '" + gp + "' is for the guaranteed tiers (P0, P1); " + t.label +
-                 " (" + t.qos + ") jobs may not use it. Submit without -p/--partition, or "
+    d->message = "partition '" + gp + "' is for the guaranteed tiers (P0, P1); " + t.label + " (" +
+                 t.qos +
+                 ") jobs may not use it. Submit without -p/--partition, or "
                  "name another partition.";
   }
 }
@@ -114,8 +114,9 @@ SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req) {
   }
   if (req.on_free_attempt && !req.privileged) {
     d.error = SubmitError::kFreeAttempt;
-    d.message = "this job is on a free attempt after starving in its tier; its tier cannot be "
-                "changed while the attempt lasts (cancel and resubmit, or ask an operator)";
+    d.message =
+        "this job is on a free attempt after starving in its tier; its tier cannot be "
+        "changed while the attempt lasts (cancel and resubmit, or ask an operator)";
     return d;
   }
   d = judge(cfg, req, *t);

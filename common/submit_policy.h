@@ -29,7 +29,7 @@ struct SubmitRequest {
   std::string assoc_default_qos;         // DefaultQOS name; empty: none
   std::vector<std::string> allowed_qos;  // the association's QoS names
   Requeue requeue = Requeue::kUnset;     // --requeue / --no-requeue
-  std::string partition;          // -p as typed (may be a list); empty: none
+  std::string partition;                 // -p as typed (may be a list); empty: none
   // For updates: the job's partition now, and slurmctld's default one.
   std::string current_partition;
   std::string default_partition;
@@ -51,11 +51,11 @@ enum class SubmitError {
 
 struct SubmitDecision {
   SubmitError error = SubmitError::kNone;
-  std::string message;      // for the user, when error != kNone
+  std::string message;  // for the user, when error != kNone
   const Tier* tier = nullptr;
-  std::string qos;          // canonical QoS to set
-  bool qos_changed = false; // qos differs from what was typed (or none was)
-  bool set_requeue = false; // make the job requeueable (preemptible tier)
+  std::string qos;            // canonical QoS to set
+  bool qos_changed = false;   // qos differs from what was typed (or none was)
+  bool set_requeue = false;   // make the job requeueable (preemptible tier)
   std::string set_partition;  // route the job here (the guaranteed cap)
   bool ok() const { return error == SubmitError::kNone; }
 };

@@ -51,12 +51,12 @@ TierTable TierTable::defaults() {
   };
   make(TierId::kP0, "P0", "Plan A long-term lease", "p0-lease", {"p0", "plan-a-lease", "lease"},
        10000, false, 0, 1000, {false, false, true, true});
-  make(TierId::kP1, "P1", "Plan B guaranteed API and internal critical services",
-       "p1-guaranteed", {"p1", "plan-b-guaranteed", "guaranteed"}, 10000, false, 0, 1000,
+  make(TierId::kP1, "P1", "Plan B guaranteed API and internal critical services", "p1-guaranteed",
+       {"p1", "plan-b-guaranteed", "guaranteed"}, 10000, false, 0, 1000,
        {false, false, true, true});
-  Tier& p2 = make(TierId::kP2, "P2", "Plan A spot instances and elastic training", "p2-spot",
-                  {"p2", "plan-a-spot", "elastic"}, 5000, true, 30, 350,
-                  {false, false, false, true});
+  Tier& p2 =
+      make(TierId::kP2, "P2", "Plan A spot instances and elastic training", "p2-spot",
+           {"p2", "plan-a-spot", "elastic"}, 5000, true, 30, 350, {false, false, false, true});
   Tier& p3 = make(TierId::kP3, "P3", "Plan B spot API and batch", "p3-spot",
                   {"p3", "plan-b-spot", "batch"}, 1000, true, 0, 400, {});
   // Victims: P3 before P2.  Advice: each product line's guaranteed tier
@@ -115,8 +115,7 @@ std::optional<TierTable::Problem> TierTable::validate() const {
   for (const Tier& a : tiers_) {
     for (const Tier& b : tiers_) {
       if (!a.preempts[tier_index(b.id)]) continue;
-      if (a.id == b.id)
-        return Problem{a.id, "Preempts", a.label + " may not preempt its own tier"};
+      if (a.id == b.id) return Problem{a.id, "Preempts", a.label + " may not preempt its own tier"};
       if (!b.preemptible)
         return Problem{a.id, "Preempts",
                        a.label + " may not preempt " + b.label + ": " + b.label +
@@ -135,8 +134,8 @@ std::optional<TierTable::Problem> TierTable::validate() const {
       return Problem{t.id, "PriceRange", "the lower bound is above the upper one"};
     if (t.price_permille < t.price_min_permille || t.price_permille > t.price_max_permille)
       return Problem{t.id, "PriceFactor",
-                     permille_text(t.price_permille) + " is outside " + t.label +
-                         "'s PriceRange " + permille_text(t.price_min_permille) + "-" +
+                     permille_text(t.price_permille) + " is outside " + t.label + "'s PriceRange " +
+                         permille_text(t.price_min_permille) + "-" +
                          permille_text(t.price_max_permille)};
   }
   return std::nullopt;

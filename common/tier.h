@@ -26,14 +26,14 @@ inline constexpr int tier_index(TierId t) { return static_cast<int>(t); }
 
 struct Tier {
   TierId id = TierId::kP0;
-  std::string label;     // "P0".."P3": fixed, used in planc.conf and logs
-  std::string product;   // e.g. "Plan A long-term lease"
-  std::string qos;       // canonical Slurm QoS name, e.g. "p0-lease"
-  std::vector<std::string> aliases;  // other names users may type in --qos
-  uint32_t priority = 0;             // QoS priority
-  bool preemptible = false;          // guaranteed tiers are never preempted
-  uint32_t grace_seconds = 0;        // SIGTERM-to-kill grace when preempted
-  uint32_t price_permille = 1000;    // price factor: 350 means 0.35x list
+  std::string label;                        // "P0".."P3": fixed, used in planc.conf and logs
+  std::string product;                      // e.g. "Plan A long-term lease"
+  std::string qos;                          // canonical Slurm QoS name, e.g. "p0-lease"
+  std::vector<std::string> aliases;         // other names users may type in --qos
+  uint32_t priority = 0;                    // QoS priority
+  bool preemptible = false;                 // guaranteed tiers are never preempted
+  uint32_t grace_seconds = 0;               // SIGTERM-to-kill grace when preempted
+  uint32_t price_permille = 1000;           // price factor: 350 means 0.35x list
   std::array<bool, kTierCount> preempts{};  // preempts[i]: may preempt tier i
   // The rules that are data too (planc.conf keys in brackets):
   // [VictimClass] Slurm takes victims of a lower class first (1..3).
@@ -82,9 +82,9 @@ class TierTable {
   // (names clash, a tier preempts itself or a guaranteed tier, two tiers
   // preempt each other, a tier that starves into itself, a PriceFactor
   // outside its PriceRange).  An Alternative that is not guaranteed is
-  // only warned about (policy_warnings); advised_tier() skips it.  What only departs from the policy (P0 made
-  // preemptible, P0 and P1 weighed differently) is valid: see
-  // policy_warnings() in config.h.
+  // only warned about (policy_warnings); advised_tier() skips it.  What only departs from the
+  // policy (P0 made preemptible, P0 and P1 weighed differently) is valid: see policy_warnings() in
+  // config.h.
   std::optional<Problem> validate() const;
 
   // "p0-lease (P0, also p0, plan-a-lease), ..." for error messages.

@@ -21,8 +21,8 @@
 
 #include "common/spot_cap.h"
 #include "common/submit_policy.h"
-#include "plugins/planc_shared.h"
 #include "plugins/mutex.h"
+#include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
 #include "plugins/worker_thread.h"
 
@@ -44,9 +44,10 @@ std::shared_ptr<const planc::PlancConfig> config() {
 
 void note_cap_routing(const planc::PlancConfig& cfg) {
   if (cfg.guaranteed_partition.empty())
-    info("%s: GuaranteedPartition is not set: P0/P1 jobs are not routed and the %u%% "
-         "guaranteed GPU cap is NOT enforced",
-         plugin_type, cfg.guaranteed_cap_percent);
+    info(
+        "%s: GuaranteedPartition is not set: P0/P1 jobs are not routed and the %u%% "
+        "guaranteed GPU cap is NOT enforced",
+        plugin_type, cfg.guaranteed_cap_percent);
 }
 
 void watch_config(planc::ConfigWatch watch) {
@@ -75,10 +76,14 @@ int refuse(const planc::SubmitDecision& d, char** err_msg) {
   if (err_msg) *err_msg = xstrdup(d.message.c_str());
   debug("%s: refused: %s", plugin_type, d.message.c_str());
   switch (d.error) {
-    case planc::SubmitError::kWrongPartition: return ESLURM_INVALID_PARTITION_NAME;
-    case planc::SubmitError::kSpotCap: return ESLURM_ACCOUNTING_POLICY;
-    case planc::SubmitError::kFreeAttempt: return ESLURM_ACCESS_DENIED;
-    default: return ESLURM_INVALID_QOS;
+    case planc::SubmitError::kWrongPartition:
+      return ESLURM_INVALID_PARTITION_NAME;
+    case planc::SubmitError::kSpotCap:
+      return ESLURM_ACCOUNTING_POLICY;
+    case planc::SubmitError::kFreeAttempt:
+      return ESLURM_ACCESS_DENIED;
+    default:
+      return ESLURM_INVALID_QOS;
   }
 }
 
@@ -97,9 +102,10 @@ void check_spot_cap(const planc::PlancConfig& cfg, const planc::SubmitRequest& r
   uint64_t used = 0;
   if (!g_spot_used || !g_spot_used(account.c_str(), planc::tier_index(d->tier->id), now, &used)) {
     if (!g_spot_warned)
-      error("%s: SpotCap%s is set but slurmctld/planc is not running (SlurmctldPlugstack=planc): "
-            "the daily spot cap is NOT enforced",
-            plugin_type, d->tier->label.c_str());
+      error(
+          "%s: SpotCap%s is set but slurmctld/planc is not running (SlurmctldPlugstack=planc): "
+          "the daily spot cap is NOT enforced",
+          plugin_type, d->tier->label.c_str());
     g_spot_warned = true;
     return;
   }
@@ -109,8 +115,9 @@ void check_spot_cap(const planc::PlancConfig& cfg, const planc::SubmitRequest& r
 int internal_error(const char* where, const char* what, char** err_msg) {
   error("%s: internal error in %s: %s", plugin_type, where, what);
   if (err_msg)
-    *err_msg = xstrdup("job_submit/planc internal error; the job was not changed. "
-                       "Please report it to your administrator (see slurmctld log)");
+    *err_msg = xstrdup(
+        "job_submit/planc internal error; the job was not changed. "
+        "Please report it to your administrator (see slurmctld log)");
   return SLURM_ERROR;
 }
 }  // namespace
@@ -165,11 +172,10 @@ PLANC_EXPORT int job_submit(job_desc_msg_t* job_desc, uint32_t submit_uid, char*
 }
 
 #if PLANC_JOB_MODIFY_HAS_ERR_MSG
-PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr,
-                            uint32_t submit_uid, char** err_msg) {
+PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr, uint32_t submit_uid,
+                            char** err_msg) {
 #else
-PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr,
-                            uint32_t submit_uid) {
+PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr, uint32_t submit_uid) {
   char** err_msg = nullptr;
 #endif
   try {

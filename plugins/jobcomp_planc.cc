@@ -188,10 +188,11 @@ bool store_file(planc::BillStore& store, const PendingFile& f, std::string* prob
     error("%s: %s line %zu: %s; skipped (run planc-bill reconcile to find the segment)",
           plugin_type, path.c_str(), d.line_no, d.error.c_str());
   for (const planc::SpoolRejected& x : r.value().rejected)
-    error("%s: PostgreSQL refused the bill of JobId=%u start %s (%s); record kept in %s, "
-          "fix and replay it with planc-bill reconcile --fill",
-          plugin_type, x.seg.job_id, planc::pg_timestamp(x.seg.start_time).c_str(),
-          x.error.c_str(), f.spool->rejected_path(f.seq).c_str());
+    error(
+        "%s: PostgreSQL refused the bill of JobId=%u start %s (%s); record kept in %s, "
+        "fix and replay it with planc-bill reconcile --fill",
+        plugin_type, x.seg.job_id, planc::pg_timestamp(x.seg.start_time).c_str(), x.error.c_str(),
+        f.spool->rejected_path(f.seq).c_str());
   if (!r.value().remove_error.empty())
     error("%s: %s (its bills are stored; remove it by hand)", plugin_type,
           r.value().remove_error.c_str());
@@ -214,8 +215,7 @@ void worker(std::vector<PendingFile> pending, planc::ConfigWatch watch) {
   planc::MutexLock l(g_mu);
   while (!g_stop) {
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(backoff.wait_seconds());
-    while (!g_stop && !g_reconfigured &&
-           g_cv.wait_until(l, until) == std::cv_status::no_timeout) {
+    while (!g_stop && !g_reconfigured && g_cv.wait_until(l, until) == std::cv_status::no_timeout) {
     }
     if (g_stop) break;
     std::string conninfo = g_conninfo;
@@ -235,9 +235,10 @@ void worker(std::vector<PendingFile> pending, planc::ConfigWatch watch) {
     if (uint64_t seq = rotate()) pending.push_back({g_spool.get(), seq});
     if (!g_config) {
       if (!config_logged)
-        error("%s: planc.conf did not load; segments are kept in %s and billed once a valid "
-              "planc.conf is in place",
-              plugin_type, g_spool->dir().c_str());
+        error(
+            "%s: planc.conf did not load; segments are kept in %s and billed once a valid "
+            "planc.conf is in place",
+            plugin_type, g_spool->dir().c_str());
       config_logged = true;
     } else if (!pending.empty()) {
       if (!store || conninfo != store_conninfo) {
@@ -275,25 +276,60 @@ void set_sacct_field(jobcomp_job_rec_t* j, planc::SacctField f, const planc::Fie
   using F = planc::SacctField;
   auto text = [&v] { return xstrndup(v.text().data(), v.text().size()); };
   switch (f) {
-    case F::kNone: break;
-    case F::kCluster: j->cluster = text(); break;
-    case F::kJobId: j->jobid = static_cast<uint32_t>(v.num()); break;
-    case F::kSubmit: if (v.num()) j->submit_time = time_str(v.num()); break;
-    case F::kStart: j->start_time = time_str(v.num()); break;
-    case F::kEnd: j->end_time = time_str(v.num()); break;
-    case F::kUid: j->uid = static_cast<uint32_t>(v.num()); break;
-    case F::kUser: j->uid_name = text(); break;
-    case F::kAccount: j->account = text(); break;
-    case F::kQos: j->qos_name = text(); break;
-    case F::kPartition: j->partition = text(); break;
-    case F::kNodes: j->nodelist = text(); break;
-    case F::kNodeCount: j->node_cnt = static_cast<uint32_t>(v.num()); break;
-    case F::kState: j->state = text(); break;
+    case F::kNone:
+      break;
+    case F::kCluster:
+      j->cluster = text();
+      break;
+    case F::kJobId:
+      j->jobid = static_cast<uint32_t>(v.num());
+      break;
+    case F::kSubmit:
+      if (v.num()) j->submit_time = time_str(v.num());
+      break;
+    case F::kStart:
+      j->start_time = time_str(v.num());
+      break;
+    case F::kEnd:
+      j->end_time = time_str(v.num());
+      break;
+    case F::kUid:
+      j->uid = static_cast<uint32_t>(v.num());
+      break;
+    case F::kUser:
+      j->uid_name = text();
+      break;
+    case F::kAccount:
+      j->account = text();
+      break;
+    case F::kQos:
+      j->qos_name = text();
+      break;
+    case F::kPartition:
+      j->partition = text();
+      break;
+    case F::kNodes:
+      j->nodelist = text();
+      break;
+    case F::kNodeCount:
+      j->node_cnt = static_cast<uint32_t>(v.num());
+      break;
+    case F::kState:
+      j->state = text();
+      break;
     // The same text plain sacct prints for the run (its ExitCode rule).
-    case F::kExitCode: j->exit_code = text(); break;
-    case F::kJobName: j->jobname = text(); break;
-    case F::kTresReq: j->tres_fmt_req_str = text(); break;
-    case F::kCpus: j->proc_cnt = j->max_procs = static_cast<uint32_t>(v.num()); break;
+    case F::kExitCode:
+      j->exit_code = text();
+      break;
+    case F::kJobName:
+      j->jobname = text();
+      break;
+    case F::kTresReq:
+      j->tres_fmt_req_str = text();
+      break;
+    case F::kCpus:
+      j->proc_cnt = j->max_procs = static_cast<uint32_t>(v.num());
+      break;
   }
 }
 
@@ -338,7 +374,8 @@ PLANC_EXPORT int init(void) {
         std::string(slurm_conf.state_save_location ? slurm_conf.state_save_location : ".") + "/" +
         planc::kSpoolDirName;
     g_spool_setting = g_config ? g_config->spool_dir : "";
-    g_spool = std::make_unique<planc::Spool>(g_spool_setting.empty() ? default_dir : g_spool_setting);
+    g_spool =
+        std::make_unique<planc::Spool>(g_spool_setting.empty() ? default_dir : g_spool_setting);
     if (auto r = g_spool->make_dir(); !r.ok()) {
       error("%s: %s; %s", plugin_type, r.error().c_str(),
             g_spool_setting.empty()
@@ -483,7 +520,8 @@ PLANC_EXPORT List jobcomp_p_get_jobs(slurmdb_job_cond_t* job_cond) {
       auto* j = static_cast<jobcomp_job_rec_t*>(xmalloc(sizeof(jobcomp_job_rec_t)));
       // Which column shows where is the column table's (common/bill_schema.h).
       for (const planc::BillColumn& c : planc::bill_columns())
-        if (c.sacct != planc::SacctField::kNone) set_sacct_field(j, c.sacct, planc::column_value(c, b));
+        if (c.sacct != planc::SacctField::kNone)
+          set_sacct_field(j, c.sacct, planc::column_value(c, b));
       j->elapsed_time = static_cast<time_t>(b.seg.end_time - b.seg.start_time);
       list_append(out, j);
     }

@@ -37,7 +37,8 @@ struct Policy {
 // still runs.
 struct Plugin {
   Plugin(std::shared_ptr<const planc::PlancConfig> c, std::string path, planc::PreemptionTracker t)
-      : watch(planc::slurm::planc_conf_file(), c), state_path(std::move(path)),
+      : watch(planc::slurm::planc_conf_file(), c),
+        state_path(std::move(path)),
         tracker(std::move(t)) {
     policies.push_back(std::make_unique<Policy>(std::move(c)));
     policy.store(policies.back().get());
@@ -48,7 +49,7 @@ struct Plugin {
   // fini(): a callback may still be reading one, and reloads are rare.
   std::atomic<const Policy*> policy{nullptr};
   std::vector<std::unique_ptr<Policy>> policies;  // worker only (and fini)
-  planc::ConfigWatch watch;                        // worker only
+  planc::ConfigWatch watch;                       // worker only
   const std::string state_path;
 
   planc::Mutex mu;

@@ -67,7 +67,10 @@ namespace {
 // --- the worker ------------------------------------------------------------------
 
 slurmctld_lock_t update_locks() {
-  return {.conf = READ_LOCK, .job = WRITE_LOCK, .node = WRITE_LOCK, .part = READ_LOCK,
+  return {.conf = READ_LOCK,
+          .job = WRITE_LOCK,
+          .node = WRITE_LOCK,
+          .part = READ_LOCK,
           .fed = READ_LOCK};
 }
 
@@ -118,12 +121,15 @@ void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
   for (const TrackerAction& a : actions) {
     bool ok = false;
     switch (a.kind) {
-      case K::kKill: kills.push_back(a); continue;
+      case K::kKill:
+        kills.push_back(a);
+        continue;
       case K::kEndGrace: {
         bool rq = planc::slurm::requeues(a.job_id).value_or(a.event.requeue);
-        planc::PreemptionOutcome o{rq ? planc::PreemptionEnd::kRequeued
-                                      : planc::PreemptionEnd::kCancelled, now, ""};
-        ok = planc::slurm::end_grace(a.job_id, a.preemptor, planc::preemption_note(cfg, a.event, o));
+        planc::PreemptionOutcome o{
+            rq ? planc::PreemptionEnd::kRequeued : planc::PreemptionEnd::kCancelled, now, ""};
+        ok =
+            planc::slurm::end_grace(a.job_id, a.preemptor, planc::preemption_note(cfg, a.event, o));
         reschedule = reschedule || ok;
         break;
       }
@@ -131,9 +137,10 @@ void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
         planc::PreemptionOutcome o{planc::PreemptionEnd::kCalledOff, now, a.reason};
         ok = planc::slurm::call_off(a.job_id, planc::preemption_note(cfg, a.event, o));
         if (ok)
-          info("%s: JobId=%u: preemption by JobId=%u called off (%s); it keeps running and the "
-               "preemption is not counted",
-               plugin_type, a.job_id, a.preemptor, a.reason.c_str());
+          info(
+              "%s: JobId=%u: preemption by JobId=%u called off (%s); it keeps running and the "
+              "preemption is not counted",
+              plugin_type, a.job_id, a.preemptor, a.reason.c_str());
         break;
       }
       case K::kRequeue: {
@@ -144,19 +151,19 @@ void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
         int rc = planc::slurm::requeue_preempted(a.job_id);
         ok = rc == SLURM_SUCCESS;
         if (ok)
-          info("%s: JobId=%u ended during its grace: requeued as preempted", plugin_type,
-               a.job_id);
+          info("%s: JobId=%u ended during its grace: requeued as preempted", plugin_type, a.job_id);
         else
-          error("%s: JobId=%u ended during its grace but could not be requeued: %s",
-                plugin_type, a.job_id, slurm_strerror(rc));
+          error("%s: JobId=%u ended during its grace but could not be requeued: %s", plugin_type,
+                a.job_id, slurm_strerror(rc));
         break;
       }
       case K::kReleasePreemptor:
         ok = planc::slurm::release_preemptor(a.job_id);
         if (ok)
-          debug("%s: JobId=%u: the resources its preemption freed went to another job; it may "
-                "preempt again now",
-                plugin_type, a.job_id);
+          debug(
+              "%s: JobId=%u: the resources its preemption freed went to another job; it may "
+              "preempt again now",
+              plugin_type, a.job_id);
         reschedule = reschedule || ok;
         break;
     }
@@ -273,8 +280,7 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
   // signal queued inside the scheduling cycle woke slurmctld's agent, whose
   // threads took the CPU from the cycle.
   std::optional<planc::slurm::JobSignal> kill;
-  if (!e.grace_seconds && job->batch_flag)
-    kill = planc::slurm::job_signal_order(job, SIGKILL);
+  if (!e.grace_seconds && job->batch_flag) kill = planc::slurm::job_signal_order(job, SIGKILL);
   bool wake;
   {
     planc::MutexLock l(p.mu);

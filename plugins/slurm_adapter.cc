@@ -1,5 +1,5 @@
-#include "plugins/slurm_compat.h"
 #include "plugins/slurm_adapter.h"
+#include "plugins/slurm_compat.h"
 
 #include <algorithm>
 #include <cstring>
@@ -32,8 +32,8 @@ void read_assoc(const PlancConfig& cfg, const slurmdb_assoc_rec_t* assoc, Submit
 
 // Looks the association up as slurmctld will when it validates the job:
 // by user, account (the user's default when none) and partition.
-void lookup_assoc(const PlancConfig& cfg, uint32_t uid, const char* account,
-                  const char* partition, SubmitRequest* req) {
+void lookup_assoc(const PlancConfig& cfg, uint32_t uid, const char* account, const char* partition,
+                  SubmitRequest* req) {
   assoc_mgr_lock_t locks = {.assoc = READ_LOCK, .qos = READ_LOCK, .user = READ_LOCK};
   slurmdb_assoc_rec_t want;
   std::memset(&want, 0, sizeof(want));
@@ -113,15 +113,22 @@ namespace {
 
 PendingReason reason_of(const job_record_t* job) {
   switch (job->state_reason) {
-    case WAIT_RESOURCES: return PendingReason::kResources;
-    case WAIT_PRIORITY: return PendingReason::kPriority;
-    case WAIT_NO_REASON: return PendingReason::kNone;
+    case WAIT_RESOURCES:
+      return PendingReason::kResources;
+    case WAIT_PRIORITY:
+      return PendingReason::kPriority;
+    case WAIT_NO_REASON:
+      return PendingReason::kNone;
     case WAIT_HELD:
-    case WAIT_HELD_USER: return PendingReason::kHeld;
+    case WAIT_HELD_USER:
+      return PendingReason::kHeld;
     case WAIT_DEPENDENCY:
-    case WAIT_DEP_INVALID: return PendingReason::kDependency;
-    case WAIT_TIME: return PendingReason::kBeginTime;
-    default: break;
+    case WAIT_DEP_INVALID:
+      return PendingReason::kDependency;
+    case WAIT_TIME:
+      return PendingReason::kBeginTime;
+    default:
+      break;
   }
   if (!job->priority) return PendingReason::kHeld;
   // Association and QoS limits: Slurm names them Assoc*/QOS* (AssocGrpGRES,
@@ -161,7 +168,6 @@ MarkedJob marked_facts(const QosTierCache& tiers, const job_record_t* job, TierI
   }
   return m;
 }
-
 
 bool marked(const job_record_t* job) {
   return job->admin_comment && has_free_attempt_mark(job->admin_comment);
@@ -210,8 +216,7 @@ std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id) 
 
 void collect_running_spot(const QosTierCache& tiers, int gpu_pos,
                           const std::vector<uint32_t>& tracked,
-                          std::vector<RunningSpotJob>* running,
-                          std::map<uint32_t, time_t>* ended) {
+                          std::vector<RunningSpotJob>* running, std::map<uint32_t, time_t>* ended) {
   ListIterator it = list_iterator_create(job_list);
   while (auto* job = static_cast<job_record_t*>(list_next(it))) {
     if (!IS_JOB_RUNNING(job)) continue;
@@ -356,15 +361,18 @@ std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids) {
     const job_record_t* job = find_job_record(id);
     if (!job) continue;
     JobView v;
-    if (IS_JOB_COMPLETING(job)) v.state = JobView::State::kCompleting;
-    else if (IS_JOB_PENDING(job)) v.state = JobView::State::kPending;
-    else if (IS_JOB_RUNNING(job) || IS_JOB_SUSPENDED(job)) v.state = JobView::State::kRunning;
-    else v.state = JobView::State::kFinished;
+    if (IS_JOB_COMPLETING(job))
+      v.state = JobView::State::kCompleting;
+    else if (IS_JOB_PENDING(job))
+      v.state = JobView::State::kPending;
+    else if (IS_JOB_RUNNING(job) || IS_JOB_SUSPENDED(job))
+      v.state = JobView::State::kRunning;
+    else
+      v.state = JobView::State::kFinished;
     v.in_preemption = job->preempt_time != 0;
     v.preempted_state = (job->job_state & JOB_STATE_BASE) == JOB_PREEMPTED;
     v.cancelled = (job->job_state & JOB_STATE_BASE) == JOB_CANCELLED;
-    v.waits_on_preemption =
-        IS_JOB_PENDING(job) && job->details && job->details->preempt_start_time;
+    v.waits_on_preemption = IS_JOB_PENDING(job) && job->details && job->details->preempt_start_time;
     out[id] = v;
   }
   return out;
@@ -373,8 +381,7 @@ std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids) {
 void set_owner_note(job_record_t* job, const std::string& note) {
   xfree(job->system_comment);
   job->system_comment = xstrdup(note.c_str());
-  if (auto comment =
-          admin_comment_with_note(job->admin_comment ? job->admin_comment : "", note)) {
+  if (auto comment = admin_comment_with_note(job->admin_comment ? job->admin_comment : "", note)) {
     xfree(job->admin_comment);
     job->admin_comment = xstrdup(comment->c_str());
   }
@@ -432,14 +439,26 @@ RunEndFacts run_end_facts(const job_record_t* job) {
   RunEndFacts f;
   f.wait_status = job->exit_code == NO_VAL ? 0 : job->exit_code;
   switch (job->job_state & JOB_STATE_BASE) {
-    case JOB_PREEMPTED: f.ending = E::kPreempted; break;
-    case JOB_COMPLETE: f.ending = E::kCompleted; break;
+    case JOB_PREEMPTED:
+      f.ending = E::kPreempted;
+      break;
+    case JOB_COMPLETE:
+      f.ending = E::kCompleted;
+      break;
     case JOB_FAILED:
-    case JOB_OOM: f.ending = E::kFailed; break;
-    case JOB_CANCELLED: f.ending = E::kCancelled; break;
+    case JOB_OOM:
+      f.ending = E::kFailed;
+      break;
+    case JOB_CANCELLED:
+      f.ending = E::kCancelled;
+      break;
     case JOB_NODE_FAIL:
-    case JOB_BOOT_FAIL: f.ending = E::kNodeFail; break;
-    default: f.ending = E::kOther; break;
+    case JOB_BOOT_FAIL:
+      f.ending = E::kNodeFail;
+      break;
+    default:
+      f.ending = E::kOther;
+      break;
   }
   // Requeued by someone during the grace (scontrol requeue): it runs again
   // anyway; Slurm's record says REQUEUED.

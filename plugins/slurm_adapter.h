@@ -2,10 +2,10 @@
 // Plan C core types (common/).  Runs inside slurmctld, under the locks its
 // caller holds; nothing here blocks or takes a lock of its own beyond
 // assoc_mgr's read locks, which slurmctld takes in the same order.
-//
-// Include slurm_compat.h before this header.
 #ifndef PLANC_PLUGINS_SLURM_ADAPTER_H_
 #define PLANC_PLUGINS_SLURM_ADAPTER_H_
+
+#include "plugins/slurm_compat.h"  // Slurm's headers, in the order they need
 
 #include <map>
 #include <memory>
@@ -14,12 +14,12 @@
 
 #include "common/billing.h"
 #include "common/config.h"
-#include "plugins/config_watch.h"
 #include "common/preempt_policy.h"
 #include "common/preemption_tracker.h"
 #include "common/spot_cap.h"
 #include "common/starvation.h"
 #include "common/submit_policy.h"
+#include "plugins/config_watch.h"
 
 namespace planc::slurm {
 
@@ -39,8 +39,8 @@ std::string planc_conf_file();
 // its policy warnings; nullptr otherwise, a bad file logged once as
 // "<plugin_type>: <file>:<line>: key '<Key>': ...; the configuration loaded
 // before stays in force".  Call it from the plugin's own thread.
-std::shared_ptr<const PlancConfig> reload_plugin_config(const char* plugin_type,
-                                                        ConfigWatch* watch, bool force = false);
+std::shared_ptr<const PlancConfig> reload_plugin_config(const char* plugin_type, ConfigWatch* watch,
+                                                        bool force = false);
 
 // <StateSaveLocation>/<name>: where a plugin keeps its state file.
 std::string state_file_path(const char* name);

@@ -1,8 +1,8 @@
 // The half of the adapter that needs only libslurm, not slurmctld's own
 // symbols (assoc_mgr, validate_operator, ...): jobcomp/planc is also loaded
 // by `sacct -c`, where those do not exist and -z now would refuse the load.
-#include "plugins/slurm_compat.h"
 #include "plugins/slurm_adapter.h"
+#include "plugins/slurm_compat.h"
 
 #include <algorithm>
 #include <ctime>
@@ -42,8 +42,8 @@ void log_warnings(const char* plugin_type, const std::string& path, const PlancC
 
 }  // namespace
 
-std::shared_ptr<const PlancConfig> reload_plugin_config(const char* plugin_type,
-                                                        ConfigWatch* watch, bool force) {
+std::shared_ptr<const PlancConfig> reload_plugin_config(const char* plugin_type, ConfigWatch* watch,
+                                                        bool force) {
   std::string err;
   auto cfg = watch->poll(force, &err);
   if (!err.empty())

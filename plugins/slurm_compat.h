@@ -8,6 +8,9 @@
 #ifndef PLANC_PLUGINS_SLURM_COMPAT_H_
 #define PLANC_PLUGINS_SLURM_COMPAT_H_
 
+// The order matters to Slurm's headers (config.h first, slurm_xlator.h
+// before the rest): clang-format must not sort it.
+// clang-format off
 extern "C" {
 #include "config.h"  // Slurm's own, from its configured source tree
 #include "slurm/slurm.h"
@@ -29,6 +32,7 @@ extern "C" {
 #include "src/slurmctld/slurmctld_plugstack.h"
 #include "src/slurmctld/state_save.h"
 }
+// clang-format on
 
 #if SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(22, 5, 0)
 #error "Plan C needs Slurm 22.05 or later"

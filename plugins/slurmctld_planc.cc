@@ -89,7 +89,8 @@ std::atomic<bool> g_running{false};
 
 // For `scontrol show config` and the benchmark.
 std::atomic<uint64_t> g_upgrades{0}, g_reverts{0}, g_scans{0};
-std::atomic<uint64_t> g_total_scan_usec{0}, g_last_scan_usec{0}, g_max_scan_usec{0}, g_last_scan_jobs{0};
+std::atomic<uint64_t> g_total_scan_usec{0}, g_last_scan_usec{0}, g_max_scan_usec{0},
+    g_last_scan_jobs{0};
 
 // --- run-start journal --------------------------------------------------------
 // Lines whose write(2) failed (disk full) wait here, in order, at most this
@@ -132,13 +133,14 @@ void on_job_begin(job_record_t* job) {
       }
     }
     if (first_failure)
-      error("%s: cannot append the start of %pJ to the run-start journal in %s (%s); kept in "
-            "memory until it can",
-            plugin_type, job, g_journal_dir.c_str(), problem.c_str());
+      error(
+          "%s: cannot append the start of %pJ to the run-start journal in %s (%s); kept in "
+          "memory until it can",
+          plugin_type, job, g_journal_dir.c_str(), problem.c_str());
     if (dropped) g_journal_dropped++;
-    uint64_t usec = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                              std::chrono::steady_clock::now() - t0)
-                                              .count());
+    uint64_t usec = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
     g_journal_records++;
     g_journal_total_usec += usec;
     if (usec > g_journal_max_usec) g_journal_max_usec = usec;
@@ -162,9 +164,10 @@ void prune_journal(time_t now) {
 void journal_tick(bool* hook_warned) {
   if (g_journal_dir.empty()) return;
   if (planc_job_begin_hook() != on_job_begin && !*hook_warned) {
-    error("%s: another plugin replaced the job-begin hook; run starts are no longer journaled "
-          "(list planc after nonstop in SlurmctldPlugstack)",
-          plugin_type);
+    error(
+        "%s: another plugin replaced the job-begin hook; run starts are no longer journaled "
+        "(list planc after nonstop in SlurmctldPlugstack)",
+        plugin_type);
     *hook_warned = true;
   }
   time_t now = time(nullptr);
@@ -177,8 +180,10 @@ void journal_tick(bool* hook_warned) {
   planc::AppendFile next;
   if (change) {
     auto r = open_journal(planc::journal_file_name(now));  // outside the lock: may touch the disk
-    if (r.ok()) next = std::move(r).value();
-    else error("%s: %s; run starts stay in the current file", plugin_type, r.error().c_str());
+    if (r.ok())
+      next = std::move(r).value();
+    else
+      error("%s: %s; run starts stay in the current file", plugin_type, r.error().c_str());
   }
   planc::AppendFile old;
   size_t left;
@@ -209,9 +214,10 @@ void journal_tick(bool* hook_warned) {
 void start_journal() {
   std::string dir = planc::slurm::state_file_path(planc::kJournalDir);
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    error("%s: cannot create %s: %m; run starts are NOT journaled, so a controller crash can "
-          "hide runs (fix StateSaveLocation's permissions and restart slurmctld)",
-          plugin_type, dir.c_str());
+    error(
+        "%s: cannot create %s: %m; run starts are NOT journaled, so a controller crash can "
+        "hide runs (fix StateSaveLocation's permissions and restart slurmctld)",
+        plugin_type, dir.c_str());
     return;
   }
   g_journal_dir = dir;
@@ -244,7 +250,10 @@ void stop_journal() {
 
 slurmctld_lock_t job_read_lock() { return {.job = READ_LOCK}; }
 slurmctld_lock_t update_locks() {
-  return {.conf = READ_LOCK, .job = WRITE_LOCK, .node = WRITE_LOCK, .part = READ_LOCK,
+  return {.conf = READ_LOCK,
+          .job = WRITE_LOCK,
+          .node = WRITE_LOCK,
+          .part = READ_LOCK,
           .fed = READ_LOCK};
 }
 
@@ -354,7 +363,7 @@ void starvation_scan() {
       g_upgrades++;
     }
   if (changed) {
-    schedule_job_save();   // both only signal other threads
+    schedule_job_save();  // both only signal other threads
     queue_job_scheduler();
   }
 }
@@ -418,8 +427,8 @@ void worker(planc::ConfigWatch watch) {
   bool hook_warned = false;
   planc::MutexLock l(g_mu);
   while (!g_stop) {
-    while (!g_stop && g_cv.wait_until(l, std::min(next_scan, next_sample)) ==
-                          std::cv_status::no_timeout) {
+    while (!g_stop &&
+           g_cv.wait_until(l, std::min(next_scan, next_sample)) == std::cv_status::no_timeout) {
     }
     if (g_stop) break;
     l.unlock();
@@ -429,7 +438,8 @@ void worker(planc::ConfigWatch watch) {
       auto now = Clock::now();
       // A shorter StarvationInterval applies now, not after the old one.
       if (reloaded)
-        next_scan = std::min(next_scan, now + std::chrono::seconds(cfg.starvation_interval_seconds));
+        next_scan =
+            std::min(next_scan, now + std::chrono::seconds(cfg.starvation_interval_seconds));
       if (now >= next_sample) {
         next_sample = now + std::chrono::seconds(kSpotSampleSeconds);
         journal_tick(&hook_warned);
@@ -497,13 +507,14 @@ PLANC_EXPORT int init(void) {
     g_worker = planc::start_worker("planc_ctld", worker,
                                    planc::ConfigWatch(planc::slurm::planc_conf_file(), g_config));
     g_running = true;
-    verbose("%s loaded: starvation threshold %u s, checked every %u s, at most %u a time; "
-            "spot caps P2 %s, P3 %s, day starts %s",
-            plugin_type, g_config->starvation_threshold_seconds,
-            g_config->starvation_interval_seconds, g_config->starvation_max_per_interval,
-            planc::describe_spot_cap(*g_config, TierId::kP2).c_str(),
-            planc::describe_spot_cap(*g_config, TierId::kP3).c_str(),
-            planc::describe_spot_day(*g_config).c_str());
+    verbose(
+        "%s loaded: starvation threshold %u s, checked every %u s, at most %u a time; "
+        "spot caps P2 %s, P3 %s, day starts %s",
+        plugin_type, g_config->starvation_threshold_seconds, g_config->starvation_interval_seconds,
+        g_config->starvation_max_per_interval,
+        planc::describe_spot_cap(*g_config, TierId::kP2).c_str(),
+        planc::describe_spot_cap(*g_config, TierId::kP3).c_str(),
+        planc::describe_spot_day(*g_config).c_str());
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
     error("%s: init failed: %s", plugin_type, e.what());
@@ -570,7 +581,8 @@ PLANC_EXPORT void slurmctld_plugstack_p_get_config(config_plugin_params_t* p) {
     add_pair(p->key_pairs, "ScanLastUsec", std::to_string(g_last_scan_usec.load()));
     add_pair(p->key_pairs, "ScanMaxUsec", std::to_string(g_max_scan_usec.load()));
     add_pair(p->key_pairs, "ScanTotalUsec", std::to_string(g_total_scan_usec.load()));
-    add_pair(p->key_pairs, "RunJournal", g_journal_dir.empty() ? "off (see slurmctld's log)" : g_journal_dir);
+    add_pair(p->key_pairs, "RunJournal",
+             g_journal_dir.empty() ? "off (see slurmctld's log)" : g_journal_dir);
     add_pair(p->key_pairs, "RunJournalRecords", std::to_string(g_journal_records.load()));
     add_pair(p->key_pairs, "RunJournalDropped", std::to_string(g_journal_dropped.load()));
     add_pair(p->key_pairs, "RunJournalMaxUsec", std::to_string(g_journal_max_usec.load()));

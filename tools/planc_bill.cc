@@ -5,8 +5,8 @@
 #include <getopt.h>
 #include <libpq-fe.h>
 #include <pwd.h>
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -73,7 +73,8 @@ int64_t parse_time(const std::string& s, const char* opt) {
     end = strptime(s.c_str(), "%Y-%m-%d", &tm);
   }
   if (!end || *end)
-    die(std::string(opt) + " '" + s + "' is not a time: use 2026-11-30, 2026-11-30T13:00 or epoch seconds (UTC)");
+    die(std::string(opt) + " '" + s +
+        "' is not a time: use 2026-11-30, 2026-11-30T13:00 or epoch seconds (UTC)");
   return timegm(&tm);
 }
 
@@ -102,11 +103,21 @@ std::string json_string(const std::string& v) {
   std::string o = "\"";
   for (unsigned char c : v) {
     switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
+      case '"':
+        o += "\\\"";
+        break;
+      case '\\':
+        o += "\\\\";
+        break;
+      case '\n':
+        o += "\\n";
+        break;
+      case '\t':
+        o += "\\t";
+        break;
+      case '\r':
+        o += "\\r";
+        break;
       default:
         if (c < 0x20) {
           char b[8];
@@ -195,22 +206,31 @@ Options parse_options(int argc, char** argv) {
   Options o;
   if (const char* db = std::getenv("PLANC_BILL_DB")) o.db = db;
   static const option longopts[] = {
-      {"db", required_argument, nullptr, 'd'},     {"starttime", required_argument, nullptr, 'S'},
+      {"db", required_argument, nullptr, 'd'},      {"starttime", required_argument, nullptr, 'S'},
       {"endtime", required_argument, nullptr, 'E'}, {"user", required_argument, nullptr, 'u'},
       {"account", required_argument, nullptr, 'A'}, {"jobs", required_argument, nullptr, 'j'},
       {"format", required_argument, nullptr, 'f'},  {"by", required_argument, nullptr, 'b'},
       {"fill", no_argument, nullptr, 'F'},          {"planc-conf", required_argument, nullptr, 'c'},
       {"writer", required_argument, nullptr, 'w'},  {"help", no_argument, nullptr, 'h'},
-      {"journal", required_argument, nullptr, 'J'},
-      {nullptr, 0, nullptr, 0}};
+      {"journal", required_argument, nullptr, 'J'}, {nullptr, 0, nullptr, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "d:S:E:u:A:j:f:b:h", longopts, nullptr)) != -1) {
     switch (c) {
-      case 'd': o.db = optarg; break;
-      case 'S': o.start = parse_time(optarg, "-S"); break;
-      case 'E': o.end = parse_time(optarg, "-E"); break;
-      case 'u': for (auto& s : split(optarg, ',')) o.users.push_back(s); break;
-      case 'A': for (auto& s : split(optarg, ',')) o.accounts.push_back(s); break;
+      case 'd':
+        o.db = optarg;
+        break;
+      case 'S':
+        o.start = parse_time(optarg, "-S");
+        break;
+      case 'E':
+        o.end = parse_time(optarg, "-E");
+        break;
+      case 'u':
+        for (auto& s : split(optarg, ',')) o.users.push_back(s);
+        break;
+      case 'A':
+        for (auto& s : split(optarg, ',')) o.accounts.push_back(s);
+        break;
       case 'j':
         for (auto& s : split(optarg, ',')) {
           if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
@@ -218,14 +238,30 @@ Options parse_options(int argc, char** argv) {
           o.jobs.push_back(static_cast<uint32_t>(std::stoul(s)));
         }
         break;
-      case 'f': o.format = optarg; break;
-      case 'b': o.by = split(optarg, ','); break;
-      case 'F': o.fill = true; break;
-      case 'c': o.planc_conf = optarg; break;
-      case 'w': o.writer = optarg; break;
-      case 'J': o.journal = optarg; break;
-      case 'h': std::cout << kUsage; std::exit(0);
-      default: std::cerr << kUsage; std::exit(2);
+      case 'f':
+        o.format = optarg;
+        break;
+      case 'b':
+        o.by = split(optarg, ',');
+        break;
+      case 'F':
+        o.fill = true;
+        break;
+      case 'c':
+        o.planc_conf = optarg;
+        break;
+      case 'w':
+        o.writer = optarg;
+        break;
+      case 'J':
+        o.journal = optarg;
+        break;
+      case 'h':
+        std::cout << kUsage;
+        std::exit(0);
+      default:
+        std::cerr << kUsage;
+        std::exit(2);
     }
   }
   return o;
@@ -283,18 +319,25 @@ int cmd_columns(const Options& o) {
 // --- report ----------------------------------------------------------------------------
 
 int cmd_report(planc::BillStore& store, const Options& o) {
-  std::vector<std::string> by = o.by.empty() ? std::vector<std::string>{"account", "user", "tier"} : o.by;
+  std::vector<std::string> by =
+      o.by.empty() ? std::vector<std::string>{"account", "user", "tier"} : o.by;
   std::string select, group;
   std::vector<std::string> cols;
   std::vector<bool> num;
   for (const std::string& k : by) {
     std::string expr, name;
-    if (k == "account") expr = "account", name = "Account";
-    else if (k == "user") expr = "user_name", name = "User";
-    else if (k == "tier") expr = "tier", name = "Tier";
-    else if (k == "day") expr = "to_char(hour, 'YYYY-MM-DD')", name = "Day(UTC)";
-    else if (k == "hour") expr = "to_char(hour, 'YYYY-MM-DD\"T\"HH24:00')", name = "Hour(UTC)";
-    else die("--by '" + k + "': use account, user, tier, day or hour");
+    if (k == "account")
+      expr = "account", name = "Account";
+    else if (k == "user")
+      expr = "user_name", name = "User";
+    else if (k == "tier")
+      expr = "tier", name = "Tier";
+    else if (k == "day")
+      expr = "to_char(hour, 'YYYY-MM-DD')", name = "Day(UTC)";
+    else if (k == "hour")
+      expr = "to_char(hour, 'YYYY-MM-DD\"T\"HH24:00')", name = "Hour(UTC)";
+    else
+      die("--by '" + k + "': use account, user, tier, day or hour");
     select += expr + ", ";
     group += (group.empty() ? "" : ", ") + expr;
     cols.push_back(name);
@@ -303,10 +346,11 @@ int cmd_report(planc::BillStore& store, const Options& o) {
   // Each printed line is one invoice line: its hours' exact micro-unit
   // amounts are summed, then rounded once, half up, to minor units.  TOTAL
   // is the sum of the printed lines.
-  std::string sql = "SELECT " + select +
-                    "sum(segments), round(sum(card_seconds) / 3600, 3), round(sum(core_seconds) / 3600.0, 3),"
-                    " round(sum(mem_gib_seconds) / 3600, 3), sum(amount_micros)"
-                    " FROM planc.usage_hourly WHERE true";
+  std::string sql =
+      "SELECT " + select +
+      "sum(segments), round(sum(card_seconds) / 3600, 3), round(sum(core_seconds) / 3600.0, 3),"
+      " round(sum(mem_gib_seconds) / 3600, 3), sum(amount_micros)"
+      " FROM planc.usage_hourly WHERE true";
   std::vector<std::string> params;
   auto any = [&](const char* column, const std::vector<std::string>& v) {
     if (v.empty()) return;
@@ -327,7 +371,8 @@ int cmd_report(planc::BillStore& store, const Options& o) {
   if (!group.empty()) sql += " GROUP BY " + group + " ORDER BY " + group;
   auto r = store.rows(sql, params);
   if (!r.ok()) die(r.error());
-  for (const char* c : {"Segments", "CardHours", "CoreHours", "MemGiBHours", "AmountExact", "Amount"}) {
+  for (const char* c :
+       {"Segments", "CardHours", "CoreHours", "MemGiBHours", "AmountExact", "Amount"}) {
     cols.push_back(c);
     num.push_back(true);
   }
@@ -379,7 +424,8 @@ std::string run(const std::vector<std::string>& argv) {
   close(fds[0]);
   int st = 0;
   waitpid(pid, &st, 0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die(argv[0] + " failed (exit " + std::to_string(WEXITSTATUS(st)) + ")");
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    die(argv[0] + " failed (exit " + std::to_string(WEXITSTATUS(st)) + ")");
   return out;
 }
 
@@ -447,14 +493,14 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
     planc::Bill b = planc::price_segment(cfg.value(), s);
     b.note += "filled by planc-bill reconcile from slurmdbd; ";
     if (s.job_name.find('?') != std::string::npos)
-      b.note += "job name as slurmdbd stored it: slurmdbd keeps a '?' for each character its "
-                "database cannot hold (outside Latin-1, e.g. CJK); ";
+      b.note +=
+          "job name as slurmdbd stored it: slurmdbd keeps a '?' for each character its "
+          "database cannot hold (outside Latin-1, e.g. CJK); ";
     runs.push_back(std::move(b));
   }
   // The run-start journal (slurmctld/planc): the starts in the window.
-  std::string journal = o.journal.empty() ? site.value().state_save_location + "/" +
-                                                planc::kJournalDir
-                                          : o.journal;
+  std::string journal =
+      o.journal.empty() ? site.value().state_save_location + "/" + planc::kJournalDir : o.journal;
   planc::JournalRead starts = read_journal_dir(journal, o.start, o.end);
   for (const planc::Segment& r : starts.starts) job_ids.insert(r.job_id);
   // The bills of those jobs, by job id rather than by time: slurmdbd
@@ -465,18 +511,21 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
   if (!f.job_ids.empty()) {
     auto have = store.query(f);
     if (!have.ok()) die(have.error());
-    for (const auto& b : have.value()) billed.insert({b.seg.cluster, b.seg.job_id, b.seg.start_time});
+    for (const auto& b : have.value())
+      billed.insert({b.seg.cluster, b.seg.job_id, b.seg.start_time});
   }
   std::vector<planc::Bill> missing;
   for (planc::Bill& b : runs)
-    if (!billed.count({b.seg.cluster, b.seg.job_id, b.seg.start_time})) missing.push_back(std::move(b));
+    if (!billed.count({b.seg.cluster, b.seg.job_id, b.seg.start_time}))
+      missing.push_back(std::move(b));
   std::cout << "reconcile " << planc::pg_timestamp(o.start) << " .. " << planc::pg_timestamp(o.end)
             << ": " << runs.size() << " run segment(s) in slurmdbd, " << missing.size()
             << " without a bill\n";
   for (const auto& b : missing)
-    std::cout << "  missing: job " << b.seg.job_id << " start " << planc::pg_timestamp(b.seg.start_time)
-              << " " << b.seg.state << " user " << b.seg.user << " account " << b.seg.account
-              << " amount " << planc::format_micros6(b.amount_micros) << "\n";
+    std::cout << "  missing: job " << b.seg.job_id << " start "
+              << planc::pg_timestamp(b.seg.start_time) << " " << b.seg.state << " user "
+              << b.seg.user << " account " << b.seg.account << " amount "
+              << planc::format_micros6(b.amount_micros) << "\n";
   if (o.fill && !missing.empty()) {
     auto r = store.write(missing, "reconcile");
     if (!r.ok()) die(r.error());
@@ -495,7 +544,8 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
   known.insert(ended.begin(), ended.end());
   const std::set<planc::RunKey>& unended = got.value().unended;
   const int64_t settled = std::min<int64_t>(o.end, time(nullptr) - kJournalSettleSeconds);
-  std::vector<planc::Segment> hidden = planc::unrecorded_starts(starts.starts, known, o.start, settled);
+  std::vector<planc::Segment> hidden =
+      planc::unrecorded_starts(starts.starts, known, o.start, settled);
   std::cout << "run-start journal " << journal << ": " << starts.starts.size() << " start(s), "
             << hidden.size() << " with neither a bill nor an end in slurmdbd";
   if (starts.damaged) std::cout << ", " << starts.damaged << " damaged line(s) skipped";
@@ -531,7 +581,8 @@ int cmd_sync_roles(planc::BillStore& store, const Options& o) {
     n++;
   }
   if (!o.writer.empty()) member(o.writer, "planc_writer");
-  std::string coords = run({"sacctmgr", "-n", "-P", "list", "user", "withcoord", "format=User,Coordinators"});
+  std::string coords =
+      run({"sacctmgr", "-n", "-P", "list", "user", "withcoord", "format=User,Coordinators"});
   std::vector<std::string> accts, names;
   for (const std::string& line : split(coords, '\n')) {
     std::vector<std::string> v = split(line, '|');

@@ -91,8 +91,7 @@ int main(int argc, char** argv) {
       std::string pl = preempt_list(cfg, t);
       std::printf("%-4s %-16s %-9u %-5u %-11s %-6s %-9s %s\n", t.label.c_str(), t.qos.c_str(),
                   t.priority, t.grace_seconds, t.preemptible ? "yes" : "no",
-                  factor(t.price_permille).c_str(), pl.empty() ? "-" : pl.c_str(),
-                  aliases.c_str());
+                  factor(t.price_permille).c_str(), pl.empty() ? "-" : pl.c_str(), aliases.c_str());
     }
     auto tier_or_none = [&](const std::optional<planc::TierId>& t) {
       return t ? cfg.tiers.tier(*t).label : std::string("none");
@@ -104,22 +103,21 @@ int main(int argc, char** argv) {
                           : t.starve_after_seconds
                               ? std::to_string(t.starve_after_seconds) + "s"
                               : std::to_string(cfg.starvation_threshold_seconds) + "s";
-      std::string range =
-          planc::permille_text(t.price_min_permille) + "-" + planc::permille_text(t.price_max_permille);
+      std::string range = planc::permille_text(t.price_min_permille) + "-" +
+                          planc::permille_text(t.price_max_permille);
       std::printf("%-4s %-11u %-11s %-10s %-11s %s\n", t.label.c_str(), t.victim_class,
                   tier_or_none(t.alternative).c_str(), tier_or_none(t.starves_into).c_str(),
                   after.c_str(), range.c_str());
     }
-    std::printf("DefaultTier=%s GuaranteedCapPercent=%u GuaranteedPartition=%s "
-                "GuaranteedCapQOS=%s PreemptMaxCount=%u PreemptWindow=%us GraceFinishedExitCode=%s\n",
-                cfg.tiers.tier(cfg.default_tier).label.c_str(), cfg.guaranteed_cap_percent,
-                cfg.guaranteed_partition.empty() ? "(none: cap not enforced)"
-                                                 : cfg.guaranteed_partition.c_str(),
-                cfg.guaranteed_cap_qos.c_str(), cfg.preempt_max_count,
-                cfg.preempt_window_seconds,
-                cfg.grace_finished_exit_code < 0
-                    ? "none"
-                    : std::to_string(cfg.grace_finished_exit_code).c_str());
+    std::printf(
+        "DefaultTier=%s GuaranteedCapPercent=%u GuaranteedPartition=%s "
+        "GuaranteedCapQOS=%s PreemptMaxCount=%u PreemptWindow=%us GraceFinishedExitCode=%s\n",
+        cfg.tiers.tier(cfg.default_tier).label.c_str(), cfg.guaranteed_cap_percent,
+        cfg.guaranteed_partition.empty() ? "(none: cap not enforced)"
+                                         : cfg.guaranteed_partition.c_str(),
+        cfg.guaranteed_cap_qos.c_str(), cfg.preempt_max_count, cfg.preempt_window_seconds,
+        cfg.grace_finished_exit_code < 0 ? "none"
+                                         : std::to_string(cfg.grace_finished_exit_code).c_str());
     std::printf("StarvationThreshold=%us StarvationInterval=%us StarvationMaxPerInterval=%u\n",
                 cfg.starvation_threshold_seconds, cfg.starvation_interval_seconds,
                 cfg.starvation_max_per_interval);
@@ -136,11 +134,11 @@ int main(int argc, char** argv) {
   // relation removed from planc.conf must be removed with Preempt-=NAME.
   for (const planc::Tier& t : cfg.tiers.all()) {
     std::string pl = preempt_list(cfg, t);
-    std::printf("modify qos where name=%s set Priority=%u%s%s PreemptMode=%s GraceTime=%u "
-                "UsageFactor=%s\n",
-                t.qos.c_str(), t.priority, pl.empty() ? "" : " Preempt=", pl.c_str(),
-                t.preemptible ? "requeue" : "cluster", t.grace_seconds,
-                factor(t.price_permille).c_str());
+    std::printf(
+        "modify qos where name=%s set Priority=%u%s%s PreemptMode=%s GraceTime=%u "
+        "UsageFactor=%s\n",
+        t.qos.c_str(), t.priority, pl.empty() ? "" : " Preempt=", pl.c_str(),
+        t.preemptible ? "requeue" : "cluster", t.grace_seconds, factor(t.price_permille).c_str());
   }
   if (gpus >= 0 && !cfg.guaranteed_partition.empty()) {
     std::printf("add qos %s\n", cfg.guaranteed_cap_qos.c_str());

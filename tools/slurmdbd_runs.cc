@@ -28,7 +28,8 @@ void init_libslurm() {
 // A List of our own strings for a condition; the strings outlive the call.
 class StringList {
  public:
-  explicit StringList(const std::vector<std::string>& v) : v_(v), list_(slurm_list_create(nullptr)) {
+  explicit StringList(const std::vector<std::string>& v)
+      : v_(v), list_(slurm_list_create(nullptr)) {
     for (std::string& s : v_) slurm_list_append(list_, s.data());
   }
   ~StringList() { slurm_list_destroy(list_); }
@@ -55,18 +56,23 @@ void each_and_free(List list, Fn fn) {
 // which libslurm does not declare publicly): its flags first, in Slurm's
 // order, then the base state.
 std::string state_name(uint32_t state) {
-  static const std::pair<uint32_t, const char*> kFlags[] = {
-      {JOB_COMPLETING, "COMPLETING"},     {JOB_STAGE_OUT, "STAGE_OUT"},
-      {JOB_CONFIGURING, "CONFIGURING"},   {JOB_RESIZING, "RESIZING"},
-      {JOB_REQUEUE, "REQUEUED"},          {JOB_REQUEUE_FED, "REQUEUE_FED"},
-      {JOB_REQUEUE_HOLD, "REQUEUE_HOLD"}, {JOB_SPECIAL_EXIT, "SPECIAL_EXIT"},
-      {JOB_STOPPED, "STOPPED"},           {JOB_REVOKED, "REVOKED"},
-      {JOB_RESV_DEL_HOLD, "RESV_DEL_HOLD"}, {JOB_SIGNALING, "SIGNALING"}};
+  static const std::pair<uint32_t, const char*> kFlags[] = {{JOB_COMPLETING, "COMPLETING"},
+                                                            {JOB_STAGE_OUT, "STAGE_OUT"},
+                                                            {JOB_CONFIGURING, "CONFIGURING"},
+                                                            {JOB_RESIZING, "RESIZING"},
+                                                            {JOB_REQUEUE, "REQUEUED"},
+                                                            {JOB_REQUEUE_FED, "REQUEUE_FED"},
+                                                            {JOB_REQUEUE_HOLD, "REQUEUE_HOLD"},
+                                                            {JOB_SPECIAL_EXIT, "SPECIAL_EXIT"},
+                                                            {JOB_STOPPED, "STOPPED"},
+                                                            {JOB_REVOKED, "REVOKED"},
+                                                            {JOB_RESV_DEL_HOLD, "RESV_DEL_HOLD"},
+                                                            {JOB_SIGNALING, "SIGNALING"}};
   for (const auto& [flag, name] : kFlags)
     if (state & flag) return name;
-  static const char* const kBase[] = {"PENDING", "RUNNING",   "SUSPENDED", "COMPLETED",
-                                      "CANCELLED", "FAILED",  "TIMEOUT",   "NODE_FAIL",
-                                      "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"};
+  static const char* const kBase[] = {"PENDING",   "RUNNING",   "SUSPENDED", "COMPLETED",
+                                      "CANCELLED", "FAILED",    "TIMEOUT",   "NODE_FAIL",
+                                      "PREEMPTED", "BOOT_FAIL", "DEADLINE",  "OUT_OF_MEMORY"};
   uint32_t base = state & JOB_STATE_BASE;
   return base < sizeof kBase / sizeof *kBase ? kBase[base] : "?";
 }
@@ -94,7 +100,8 @@ void apply_tres(const std::map<uint32_t, Tres>& tres, const char* simple, Segmen
         std::from_chars(item.data() + eq + 1, item.data() + item.size(), count).ec != std::errc())
       continue;
     auto t = tres.find(id);
-    if (t == tres.end() || count == NO_VAL64 || count == INFINITE64) continue;  // e.g. energy not measured
+    if (t == tres.end() || count == NO_VAL64 || count == INFINITE64)
+      continue;  // e.g. energy not measured
     const Tres& r = t->second;
     std::string key = r.name.empty() ? r.type : r.type + "/" + r.name;
     if (!readable->empty()) *readable += ",";
@@ -114,8 +121,8 @@ void apply_tres(const std::map<uint32_t, Tres>& tres, const char* simple, Segmen
   // (gres/gpu:h800): keep the typed ones, and a total only for a gres
   // that has none.
   for (GresUse& g : untyped) {
-    bool has_typed = std::any_of(typed.begin(), typed.end(),
-                                 [&](const GresUse& t) { return t.name == g.name; });
+    bool has_typed =
+        std::any_of(typed.begin(), typed.end(), [&](const GresUse& t) { return t.name == g.name; });
     if (!has_typed) typed.push_back(std::move(g));
   }
   s->gres = std::move(typed);
@@ -174,7 +181,8 @@ Result<std::set<RunKey>> slurmctld_current_runs(const std::string& cluster) {
   for (uint32_t i = 0; i < msg->record_count; i++) {
     const slurm_job_info_t& j = msg->job_array[i];
     uint32_t base = j.job_state & JOB_STATE_BASE;
-    if (j.start_time && (base == JOB_RUNNING || base == JOB_SUSPENDED || (j.job_state & JOB_COMPLETING)))
+    if (j.start_time &&
+        (base == JOB_RUNNING || base == JOB_SUSPENDED || (j.job_state & JOB_COMPLETING)))
       runs.insert(RunKey{cluster, j.job_id, static_cast<int64_t>(j.start_time)});
   }
   slurm_free_job_info_msg(msg);
@@ -196,8 +204,9 @@ Result<DbdRuns> slurmdbd_runs(const std::string& cluster, int64_t start, int64_t
     cond.with_deleted = 1;
     List got = slurmdb_tres_get(db.get(), &cond);
     if (!got) return R::failure("slurmdbd did not list its TRES (slurmdb_tres_get failed)");
-    each_and_free<slurmdb_tres_rec_t>(
-        got, [&](const slurmdb_tres_rec_t& t) { tres[t.id] = Tres{str(t.type), str(t.name)}; });
+    each_and_free<slurmdb_tres_rec_t>(got, [&](const slurmdb_tres_rec_t& t) {
+      tres[t.id] = Tres{str(t.type), str(t.name)};
+    });
   }
   std::map<uint32_t, std::string> qos;
   {
@@ -267,7 +276,8 @@ Result<DbdRuns> slurmdbd_runs(const std::string& cluster, int64_t start, int64_t
     runs.push_back(std::move(s));
   });
   std::stable_sort(runs.begin(), runs.end(), [](const Segment& a, const Segment& b) {
-    return std::tie(a.cluster, a.job_id, a.start_time) < std::tie(b.cluster, b.job_id, b.start_time);
+    return std::tie(a.cluster, a.job_id, a.start_time) <
+           std::tie(b.cluster, b.job_id, b.start_time);
   });
   for (size_t i = 1; i < runs.size(); i++)
     if (runs[i].cluster == runs[i - 1].cluster && runs[i].job_id == runs[i - 1].job_id)

@@ -31,10 +31,10 @@
 #include <string>
 #include <vector>
 
+#include "common/append_file.h"
 #include "common/bill_store.h"
 #include "common/billing.h"
 #include "common/config.h"
-#include "common/append_file.h"
 
 namespace {
 
@@ -55,7 +55,10 @@ planc::Segment sample(uint32_t i) {
   s.uid = 1000 + i % 50;
   s.user = "user" + std::to_string(i % 50);
   s.account = "acct-" + std::to_string(i % 10);
-  s.qos = i % 4 == 0 ? "p0-lease" : i % 4 == 1 ? "p1-guaranteed" : i % 4 == 2 ? "p2-spot" : "p3-spot";
+  s.qos = i % 4 == 0   ? "p0-lease"
+          : i % 4 == 1 ? "p1-guaranteed"
+          : i % 4 == 2 ? "p2-spot"
+                       : "p3-spot";
   s.partition = "gpu";
   s.nodes = "gpu[1-2]";
   s.node_count = 2;
@@ -98,23 +101,31 @@ void exec(PGconn* c, const char* sql) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: jobcomp_bench CONNINFO [--segments N] [--sync-segments N] [--ingest N] [--rounds R]");
+  if (argc < 2)
+    die("usage: jobcomp_bench CONNINFO [--segments N] [--sync-segments N] [--ingest N] [--rounds "
+        "R]");
   const char* conninfo = argv[1];
   size_t n_cb = 100000, n_sync = 10000, n_ingest = 100000;
   int rounds = 2;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     size_t v = std::strtoull(argv[i + 1], nullptr, 10);
-    if (k == "--segments") n_cb = v;
-    else if (k == "--sync-segments") n_sync = v;
-    else if (k == "--ingest") n_ingest = v;
-    else if (k == "--rounds") rounds = static_cast<int>(v);
-    else die("unknown option " + k);
+    if (k == "--segments")
+      n_cb = v;
+    else if (k == "--sync-segments")
+      n_sync = v;
+    else if (k == "--ingest")
+      n_ingest = v;
+    else if (k == "--rounds")
+      rounds = static_cast<int>(v);
+    else
+      die("unknown option " + k);
   }
   planc::PlancConfig cfg;
   std::vector<planc::Segment> segs;
   segs.reserve(std::max(n_cb, n_ingest));
-  for (size_t i = 0; i < std::max(n_cb, n_ingest); i++) segs.push_back(sample(static_cast<uint32_t>(i)));
+  for (size_t i = 0; i < std::max(n_cb, n_ingest); i++)
+    segs.push_back(sample(static_cast<uint32_t>(i)));
 
   // --- 1. callback: serialize + one locked append ---------------------------------
   // Five passes over the segments into fresh spool files; the median pass's
@@ -159,7 +170,8 @@ int main(int argc, char** argv) {
   exec(pg, "TRUNCATE planc.bill, planc.usage_hourly");
   const std::string bill_columns = planc::bill_copy_columns();
   std::string ins = "INSERT INTO planc.bill (" + bill_columns + ") VALUES (";
-  const int columns = 1 + static_cast<int>(std::count(bill_columns.begin(), bill_columns.end(), ','));
+  const int columns =
+      1 + static_cast<int>(std::count(bill_columns.begin(), bill_columns.end(), ','));
   for (int j = 1; j <= columns; j++) ins += (j > 1 ? ",$" : "$") + std::to_string(j);
   ins += ")";
   std::vector<double> sync;
@@ -186,10 +198,14 @@ int main(int argc, char** argv) {
     sync.push_back(ns_since(t0));
   }
   Percentiles a = passes[passes.size() / 2], s = percentiles(sync);
-  std::printf("callback (in-process, %zu segments, median of 5 passes by p99): planc spool append p50 %8.2f us  p99 %8.2f us  max %9.1f us\n",
-              n_cb, a.p50 / 1000, a.p99 / 1000, a.max / 1000);
-  std::printf("callback (in-process, %zu segments): sync INSERT      p50 %8.2f us  p99 %8.2f us  max %9.1f us\n",
-              n_sync, s.p50 / 1000, s.p99 / 1000, s.max / 1000);
+  std::printf(
+      "callback (in-process, %zu segments, median of 5 passes by p99): planc spool append p50 "
+      "%8.2f us  p99 %8.2f us  max %9.1f us\n",
+      n_cb, a.p50 / 1000, a.p99 / 1000, a.max / 1000);
+  std::printf(
+      "callback (in-process, %zu segments): sync INSERT      p50 %8.2f us  p99 %8.2f us  max %9.1f "
+      "us\n",
+      n_sync, s.p50 / 1000, s.p99 / 1000, s.max / 1000);
   std::printf("callback ratio planc/sync: p50 %.3f  p99 %.3f   (target: planc p99 < 20 us)\n",
               a.p50 / s.p50, a.p99 / s.p99);
 
@@ -213,7 +229,8 @@ int main(int argc, char** argv) {
         PQclear(start);
         for (size_t off = 0; off < raw_rows.size(); off += 1 << 20) {
           size_t len = std::min<size_t>(1 << 20, raw_rows.size() - off);
-          if (PQputCopyData(pg, raw_rows.data() + off, static_cast<int>(len)) != 1) die(PQerrorMessage(pg));
+          if (PQputCopyData(pg, raw_rows.data() + off, static_cast<int>(len)) != 1)
+            die(PQerrorMessage(pg));
         }
         if (PQputCopyEnd(pg, nullptr) != 1) die(PQerrorMessage(pg));
         PGresult* res = PQgetResult(pg);
@@ -245,8 +262,8 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   double rr = median(raw_rate), pr = median(planc_rate);
-  std::printf("ingest: planc %.0f/s, raw COPY %.0f/s, ratio %.2f (medians of %d; target >= 0.50)\n", pr,
-              rr, pr / rr, rounds);
+  std::printf("ingest: planc %.0f/s, raw COPY %.0f/s, ratio %.2f (medians of %d; target >= 0.50)\n",
+              pr, rr, pr / rr, rounds);
   exec(pg, "TRUNCATE planc.bill, planc.usage_hourly");
   PQfinish(pg);
   return 0;

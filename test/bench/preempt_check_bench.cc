@@ -176,7 +176,8 @@ int main(int argc, char** argv) {
   std::mt19937 rng(42);
   for (uint32_t id = 1; id <= ledger_jobs; ++id) {
     uint32_t k = 1 + rng() % 3;
-    for (uint32_t j = 0; j < k; ++j) ledger.record(id, now - 60 - static_cast<time_t>(rng() % 3600));
+    for (uint32_t j = 0; j < k; ++j)
+      ledger.record(id, now - 60 - static_cast<time_t>(rng() % 3600));
   }
 
   // Job pairs, 4096 of each mix, cycled through by both plugins.
@@ -213,7 +214,8 @@ int main(int argc, char** argv) {
     std::vector<double> q, p, t;
     // Alternate the two in the same process; the first round warms up.
     for (int round = 0; round <= kRounds; ++round) {
-      double qn = ns_per_call(n, [&](long i) { return qos_preemptable(&ee[i & (kPairs - 1)], &er[i & (kPairs - 1)]); });
+      double qn = ns_per_call(
+          n, [&](long i) { return qos_preemptable(&ee[i & (kPairs - 1)], &er[i & (kPairs - 1)]); });
       double pn = ns_per_call(n, [&](long i) {
         return planc_preemptable(&st, &ee[i & (kPairs - 1)], &er[i & (kPairs - 1)]);
       });
@@ -226,9 +228,10 @@ int main(int argc, char** argv) {
       t.push_back(tn);
     }
     double qm = median(q), pm = median(p), tm = median(t);
-    std::printf("preemptable check %-6s: planc %6.1f ns/call, qos %5.1f ns/call, ratio %5.1fx "
-                "(tier lookups+matrix alone %5.1f ns; median of %d x %ld calls; ledger %zu jobs)\n",
-                m.name, pm, qm, pm / qm, tm, kRounds, n, ledger.size());
+    std::printf(
+        "preemptable check %-6s: planc %6.1f ns/call, qos %5.1f ns/call, ratio %5.1fx "
+        "(tier lookups+matrix alone %5.1f ns; median of %d x %ld calls; ledger %zu jobs)\n",
+        m.name, pm, qm, pm / qm, tm, kRounds, n, ledger.size());
   }
 
   // The victim rank over running P3 candidates, as Slurm sorts them: a
@@ -237,20 +240,23 @@ int main(int argc, char** argv) {
   std::vector<FakeJob> cand(kPairs);
   for (size_t i = 0; i < kPairs; ++i) {
     bool has_history = rng() % 4 == 0;
-    uint32_t id = has_history ? 1 + rng() % ledger_jobs : 10 * ledger_jobs + static_cast<uint32_t>(i);
+    uint32_t id =
+        has_history ? 1 + rng() % ledger_jobs : 10 * ledger_jobs + static_cast<uint32_t>(i);
     cand[i] = {id, p3, 1000, 1, now - 30 - static_cast<time_t>(rng() % 7200), 0};
   }
   std::vector<double> q, p;
   for (int round = 0; round <= kRounds; ++round) {
     double qn = ns_per_call(n, [&](long i) { return qos_prio(&cand[i & (kPairs - 1)]) & 1; });
-    double pn = ns_per_call(n, [&](long i) { return planc_prio(&st, &cand[i & (kPairs - 1)]) & 1; });
+    double pn =
+        ns_per_call(n, [&](long i) { return planc_prio(&st, &cand[i & (kPairs - 1)]) & 1; });
     if (round == 0) continue;
     q.push_back(qn);
     p.push_back(pn);
   }
   double qm = median(q), pm = median(p);
-  std::printf("victim rank (PRIO)      : planc %6.1f ns/call, qos %5.1f ns/call, ratio %5.1fx "
-              "(1 in 4 candidates with a counted preemption; median of %d x %ld calls)\n",
-              pm, qm, pm / qm, kRounds, n);
+  std::printf(
+      "victim rank (PRIO)      : planc %6.1f ns/call, qos %5.1f ns/call, ratio %5.1fx "
+      "(1 in 4 candidates with a counted preemption; median of %d x %ld calls)\n",
+      pm, qm, pm / qm, kRounds, n);
   return 0;
 }

@@ -47,8 +47,9 @@ int main(int argc, char** argv) {
       g_sink = g_sink + d.qos.size();
     });
   }
-  std::printf("submit decision: %.0f ns/call (request copy alone %.0f ns/call, ratio %.2fx), "
-              "%ld calls\n",
-              decide_ns, copy_ns, decide_ns / copy_ns, n);
+  std::printf(
+      "submit decision: %.0f ns/call (request copy alone %.0f ns/call, ratio %.2fx), "
+      "%ld calls\n",
+      decide_ns, copy_ns, decide_ns / copy_ns, n);
   return 0;
 }

@@ -239,6 +239,14 @@ def spool_files(c):
     return sorted(f for f in os.listdir(spool_dir(c)) if f.endswith(".spool"))
 
 
+def spool_drained(c):
+    """Every segment slurmctld has spooled is stored: no closed spool file
+    waits and the one being appended to is empty."""
+    files = spool_files(c)
+    return len(files) <= 1 and all(
+        os.path.getsize(os.path.join(spool_dir(c), f)) == 0 for f in files)
+
+
 def test_postgres_down_while_200_jobs_finish_then_all_bills_arrive_once(c):
     pg_ctl(c, "stop")
     try:
@@ -380,7 +388,7 @@ def test_slurmctld_sigkill_while_jobs_finish_loses_no_bill(c):
         # array after the last state save and running at the kill is forgotten
         # by the restarted slurmctld, never run again and never billed; it
         # is a runaway in slurmdbd and the journal names it, below.)
-        c.wait_for("the spool to drain", lambda: len(spool_files(c)) <= 1, timeout=120, interval=2)
+        c.wait_for("the spool to drain", lambda: spool_drained(c), timeout=120, interval=1)
         sigkill_then_reconcile(c, jobid, markers, start, t_kill, t_up)
     finally:
         restart_cluster_clean(c)

@@ -51,7 +51,8 @@ Segment golden_segment() {
 const char kGoldenV2[] =
     "planc-seg-2\tplanc\t4242\t4240\t2\t0\t4294967294\t1\t1800000000\t1800000100\t1800003700\t60"
     "\t1001\tpcbob\tacct-spot\tp2-spot\tgpu\tgpu[1-2]\t2\tCOMPLETED\t36608\ta\\tb\\nc\\\\d 名字"
-    "\tcpu=4,gres/gpu=8\tcpu=4,node=2\t4\t3000\tgpu:h800:6,gpu:1g.10gb:2\t1\t0\tnote\t1\t4af99278\n";
+    "\tcpu=4,gres/"
+    "gpu=8\tcpu=4,node=2\t4\t3000\tgpu:h800:6,gpu:1g.10gb:2\t1\t0\tnote\t1\t4af99278\n";
 
 const char kGoldenColumns[] =
     "cluster, job_id, start_time, end_time, segment, array_job_id, array_task_id, het_job_id, "
@@ -115,11 +116,14 @@ TEST(BillSchemaTest, BadFieldsAndVersionsAreCorrupt) {
     return f;
   };
   const Case cases[] = {
-      {"job id not a number", with(1, "42x"), "planc-seg-2", "field 2 (job_id): '42x' is not a number"},
+      {"job id not a number", with(1, "42x"), "planc-seg-2",
+       "field 2 (job_id): '42x' is not a number"},
       {"bad gres", with(25, "gpu"), "planc-seg-2", "field 26 (gres): 'gpu' is malformed"},
-      {"bad gres count", with(25, "gpu:h800:x"), "planc-seg-2", "field 26 (gres): 'gpu:h800:x' is malformed"},
+      {"bad gres count", with(25, "gpu:h800:x"), "planc-seg-2",
+       "field 26 (gres): 'gpu:h800:x' is malformed"},
       {"a future version", good, "planc-seg-3", "unknown record version 'planc-seg-3'"},
-      {"version 1 with version 2's fields", good, "planc-seg-1", "unknown record version 'planc-seg-1'"},
+      {"version 1 with version 2's fields", good, "planc-seg-1",
+       "unknown record version 'planc-seg-1'"},
       {"not ours", good, "other-1", "unknown record version 'other-1'"},
   };
   for (const Case& c : cases) {
@@ -144,7 +148,8 @@ TEST(BillSchemaTest, CopyRowWritesWhatTheHandWrittenOneWrote) {
   ASSERT_EQ(cols.size(), values.size());
   // Every column written then is written now (a column added since is
   // checked against the migrations by test_billing.py).
-  const std::set<std::string> now_cols(cols.begin(), cols.end()), then(old_cols.begin(), old_cols.end());
+  const std::set<std::string> now_cols(cols.begin(), cols.end()),
+      then(old_cols.begin(), old_cols.end());
   EXPECT_TRUE(std::includes(now_cols.begin(), now_cols.end(), then.begin(), then.end()));
   std::map<std::string, std::string> now;
   for (size_t i = 0; i < cols.size(); i++) now[cols[i]] = values[i];
@@ -172,14 +177,17 @@ TEST(BillSchemaTest, SelectReadsBackEveryStoredField) {
   for (const BillColumn& c : bill_columns()) {
     if (!c.read_back()) continue;
     FieldValue want = column_value(c, b), got = column_value(c, back.value());
-    if (want.is_text()) EXPECT_EQ(got.text(), want.text()) << c.name;
-    else EXPECT_EQ(got.num(), want.num()) << c.name;
+    if (want.is_text())
+      EXPECT_EQ(got.text(), want.text()) << c.name;
+    else
+      EXPECT_EQ(got.num(), want.num()) << c.name;
   }
   // The expressions PostgreSQL evaluates: one per value, NULLs coalesced.
   const std::string sql = bill_select_list();
   EXPECT_NE(sql.find("extract(epoch FROM start_time)::bigint"), std::string::npos) << sql;
   EXPECT_NE(sql.find("coalesce(array_task_id, 4294967294)"), std::string::npos) << sql;
-  EXPECT_NE(sql.find("coalesce((card_hour_price * 1000000)::bigint, -1)"), std::string::npos) << sql;
+  EXPECT_NE(sql.find("coalesce((card_hour_price * 1000000)::bigint, -1)"), std::string::npos)
+      << sql;
   EXPECT_NE(sql.find("(mem_gib_seconds * 1024)::bigint"), std::string::npos) << sql;
   auto short_row = bill_from_row({"planc"});
   ASSERT_FALSE(short_row.ok());
@@ -218,7 +226,8 @@ TEST(BillSchemaTest, ListShowsWhatPeopleRead) {
   EXPECT_EQ(shown["CardSeconds"], "22251.427560");
   EXPECT_EQ(shown["Amount"], "0.002234");
   EXPECT_EQ(shown["ExitCode"], "15:0");
-  EXPECT_EQ(shown["Free"], "preempted: completed during its grace; unfinished preempted time is not billed");
+  EXPECT_EQ(shown["Free"],
+            "preempted: completed during its grace; unfinished preempted time is not billed");
 }
 
 }  // namespace

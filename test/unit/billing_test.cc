@@ -111,7 +111,8 @@ TEST(BillingTest, ZeroByArithmeticSaysWhy) {
     const char* zero_reason;
   };
   const Case cases[] = {
-      {"free cores", "CoreHourPrice=0\n", seg("p0-lease", 3600, {}, 4), "zero price: planc.conf prices (or the tier's PriceFactor) are 0 for what it held"},
+      {"free cores", "CoreHourPrice=0\n", seg("p0-lease", 3600, {}, 4),
+       "zero price: planc.conf prices (or the tier's PriceFactor) are 0 for what it held"},
       // 1 core for 1 s at 0.000001 per hour: 1/3600 of a micro-unit
       {"below a micro-unit", "CoreHourPrice=0.000001\n", seg("p0-lease", 1, {}, 1),
        "exact amount below half a micro-unit (0.0000005 CNY)"},
@@ -127,9 +128,8 @@ TEST(BillingTest, MinorUnitsRoundHalfUpFromMicros) {
   struct Case {
     int64_t micros, minor;
   };
-  const Case cases[] = {{0, 0},       {4999, 0},     {5000, 1},         {9999, 1},
-                        {10000, 1},   {14999, 1},    {15000, 2},        {223444, 22},
-                        {-3, 0},      {160'000'000, 16000}};
+  const Case cases[] = {{0, 0},     {4999, 0},  {5000, 1},    {9999, 1}, {10000, 1},
+                        {14999, 1}, {15000, 2}, {223444, 22}, {-3, 0},   {160'000'000, 16000}};
   for (const Case& c : cases) EXPECT_EQ(minor_of_micros(c.micros), c.minor) << c.micros;
 }
 
@@ -156,21 +156,19 @@ TEST(BillingTest, ExitCodeAsSacctShowsIt) {
     ExitCode want;
   };
   const Case cases[] = {
-      {0, {0, 0, "0:0"}},
-      {1 << 8, {1, 0, "1:0"}},
+      {0, {0, 0, "0:0"}},           {1 << 8, {1, 0, "1:0"}},
       {143 << 8, {143, 0, "15:0"}},  // 36608: a shell reporting SIGTERM
-      {128 << 8, {128, 0, "0:0"}},
-      {255 << 8, {255, 0, "127:0"}},
-      {9, {0, 9, "0:9"}},                  // killed by SIGKILL
-      {15, {0, 15, "0:15"}},
-      {0x80 | 11, {0, 11, "0:11"}},        // SIGSEGV with a core dump
+      {128 << 8, {128, 0, "0:0"}},  {255 << 8, {255, 0, "127:0"}},
+      {9, {0, 9, "0:9"}},                                          // killed by SIGKILL
+      {15, {0, 15, "0:15"}},        {0x80 | 11, {0, 11, "0:11"}},  // SIGSEGV with a core dump
   };
   for (const Case& c : cases) EXPECT_EQ(exit_code_of(c.wait_status), c.want) << c.wait_status;
 }
 
 TEST(BillingTest, QuantitiesAndPricesRecorded) {
   PlancConfig cfg = config_with("CardWeight=1g.10gb:0.142857\n");
-  Bill b = price_segment(cfg, seg("p2-spot", 100, {{"gpu", "h800", 2}, {"gpu", "1g.10gb", 1}}, 4, 2048));
+  Bill b =
+      price_segment(cfg, seg("p2-spot", 100, {{"gpu", "h800", 2}, {"gpu", "1g.10gb", 1}}, 4, 2048));
   EXPECT_EQ(b.tier, "P2");
   EXPECT_EQ(b.price_permille, 350u);
   EXPECT_EQ(b.billable_seconds, 100);
@@ -205,7 +203,8 @@ TEST(BillingTest, HourSplitAddsUp) {
     int64_t start_offset, seconds;
     size_t slices;
   };
-  const Case cases[] = {{0, 3600, 1}, {3599, 2, 2}, {1800, 7200, 3}, {0, 1, 1}, {100, 3 * 86400, 73}};
+  const Case cases[] = {
+      {0, 3600, 1}, {3599, 2, 2}, {1800, 7200, 3}, {0, 1, 1}, {100, 3 * 86400, 73}};
   PlancConfig cfg;
   for (const Case& c : cases) {
     Segment s = seg("p0-lease", c.seconds, {{"gpu", "h800", 3}}, 7, 1000);
@@ -316,9 +315,11 @@ TEST(BillingTest, ConfigKeysForFractions) {
   };
   const Case cases[] = {
       {"CardWeight=1g.10gb:0.142857,3g.40gb:0.428571\n", nullptr},
-      {"CardWeight=1g.10gb\n", "test.conf:1: key 'CardWeight': '1g.10gb' is not TYPE:WEIGHT (e.g. 1g.10gb:0.142857)"},
+      {"CardWeight=1g.10gb\n",
+       "test.conf:1: key 'CardWeight': '1g.10gb' is not TYPE:WEIGHT (e.g. 1g.10gb:0.142857)"},
       {"CardWeight=1g.10gb:1.5\n",
-       "test.conf:1: key 'CardWeight': '1.5' in '1g.10gb:1.5' is not a valid weight (above 0, at most 1.00)"},
+       "test.conf:1: key 'CardWeight': '1.5' in '1g.10gb:1.5' is not a valid weight (above 0, at "
+       "most 1.00)"},
       {"MpsPerCard=0\n", "test.conf:1: key 'MpsPerCard': "},
       {"ShardsPerCard=8\n", nullptr},
   };
@@ -345,10 +346,14 @@ TEST(BillingTest, InvalidUtf8IsReplacedNotRejected) {
   };
   const Case cases[] = {
       {"plain", "plain"},
-      {"\xe5\x90\x8d\xe5\xad\x97 \xe2\x9c\x93", "\xe5\x90\x8d\xe5\xad\x97 \xe2\x9c\x93"},  // valid CJK, check mark
-      {"a\xff" "b", "a\xef\xbf\xbd" "b"},
-      {"\xe5\x90", "\xef\xbf\xbd\xef\xbf\xbd"},     // truncated sequence
-      {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},     // overlong '/'
+      {"\xe5\x90\x8d\xe5\xad\x97 \xe2\x9c\x93",
+       "\xe5\x90\x8d\xe5\xad\x97 \xe2\x9c\x93"},  // valid CJK, check mark
+      {"a\xff"
+       "b",
+       "a\xef\xbf\xbd"
+       "b"},
+      {"\xe5\x90", "\xef\xbf\xbd\xef\xbf\xbd"},                  // truncated sequence
+      {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},                  // overlong '/'
       {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},  // surrogate
   };
   for (const Case& c : cases) {

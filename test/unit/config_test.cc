@@ -56,7 +56,8 @@ TEST(ConfigTest, ParsesValues) {
   };
   const Case cases[] = {
       {"defaulttier=p2", [](const PlancConfig& c) { return c.default_tier == TierId::kP2; }},
-      {"DefaultTier=plan-a-lease", [](const PlancConfig& c) { return c.default_tier == TierId::kP0; }},
+      {"DefaultTier=plan-a-lease",
+       [](const PlancConfig& c) { return c.default_tier == TierId::kP0; }},
       {"GUARANTEEDCAPPERCENT=75  # comment",
        [](const PlancConfig& c) { return c.guaranteed_cap_percent == 75; }},
       {"PreemptWindow=90s", [](const PlancConfig& c) { return c.preempt_window_seconds == 90; }},
@@ -89,11 +90,13 @@ TEST(ConfigTest, ParsesValues) {
       // weight is only warned about: see PolicyWarnings).
       {"Tier=P0 Priority=20000\nTier=P1 Priority=20000",
        [](const PlancConfig& c) { return c.tiers.tier(TierId::kP1).priority == 20000; }},
-      {"Tier=P3 VictimClass=2 Alternative=P0 StarveInto=none", [](const PlancConfig& c) {
+      {"Tier=P3 VictimClass=2 Alternative=P0 StarveInto=none",
+       [](const PlancConfig& c) {
          const Tier& t = c.tiers.tier(TierId::kP3);
          return t.victim_class == 2 && t.alternative == TierId::kP0 && !t.starves_into;
        }},
-      {"Tier=P2 StarveInto=P1 StarveAfter=2h Alternative=none", [](const PlancConfig& c) {
+      {"Tier=P2 StarveInto=P1 StarveAfter=2h Alternative=none",
+       [](const PlancConfig& c) {
          const Tier& t = c.tiers.tier(TierId::kP2);
          return t.starves_into == TierId::kP1 && t.starve_after_seconds == 7200 && !t.alternative;
        }},
@@ -102,24 +105,32 @@ TEST(ConfigTest, ParsesValues) {
        [](const PlancConfig& c) { return c.tiers.tier(TierId::kP2).price_permille == 250; }},
       {"Tier=P2 PriceFactor=0.25 PriceRange=0.20-0.40",
        [](const PlancConfig& c) { return c.tiers.tier(TierId::kP2).price_min_permille == 200; }},
-      {"SpotCapP3=2.5", [](const PlancConfig& c) {
+      {"SpotCapP3=2.5",
+       [](const PlancConfig& c) {
          return c.spot_cap_card_seconds[3] == 9000 && c.spot_cap_card_seconds[2] == kUnlimited;
        }},
-      {"SpotCapP2=0\nSpotCapP3=Unlimited", [](const PlancConfig& c) {
+      {"SpotCapP2=0\nSpotCapP3=Unlimited",
+       [](const PlancConfig& c) {
          return c.spot_cap_card_seconds[2] == 0 && c.spot_cap_card_seconds[3] == kUnlimited;
        }},
-      {"SpotCapResetTime=04:30", [](const PlancConfig& c) { return c.spot_reset_seconds == 16200; }},
-      {"SpotCapResetTime=23:59:59", [](const PlancConfig& c) { return c.spot_reset_seconds == 86399; }},
+      {"SpotCapResetTime=04:30",
+       [](const PlancConfig& c) { return c.spot_reset_seconds == 16200; }},
+      {"SpotCapResetTime=23:59:59",
+       [](const PlancConfig& c) { return c.spot_reset_seconds == 86399; }},
       {"SpotCapTimeZone=UTC", [](const PlancConfig& c) { return c.spot_utc_offset_seconds == 0; }},
-      {"SpotCapTimeZone=utc+8", [](const PlancConfig& c) { return c.spot_utc_offset_seconds == 28800; }},
-      {"SpotCapTimeZone=-05:30", [](const PlancConfig& c) { return c.spot_utc_offset_seconds == -19800; }},
+      {"SpotCapTimeZone=utc+8",
+       [](const PlancConfig& c) { return c.spot_utc_offset_seconds == 28800; }},
+      {"SpotCapTimeZone=-05:30",
+       [](const PlancConfig& c) { return c.spot_utc_offset_seconds == -19800; }},
       {"SpotCapDayLength=60s", [](const PlancConfig& c) { return c.spot_day_seconds == 60; }},
       {"CardHourPriceFloor=30\nCardHourPrice=h800:40",
        [](const PlancConfig& c) { return c.prices.card_hour_floor == 30 * kMicrosPerUnit; }},
       {"", [](const PlancConfig& c) { return c.spool_dir.empty(); }},  // StateSaveLocation's
       {"SpoolDir=", [](const PlancConfig& c) { return c.spool_dir.empty(); }},
-      {"SpoolDir=/var/spool/planc/", [](const PlancConfig& c) { return c.spool_dir == "/var/spool/planc"; }},
-      {"SpoolDir=\"/srv/planc spool\"", [](const PlancConfig& c) { return c.spool_dir == "/srv/planc spool"; }},
+      {"SpoolDir=/var/spool/planc/",
+       [](const PlancConfig& c) { return c.spool_dir == "/var/spool/planc"; }},
+      {"SpoolDir=\"/srv/planc spool\"",
+       [](const PlancConfig& c) { return c.spool_dir == "/srv/planc spool"; }},
   };
   for (const Case& c : cases) {
     auto r = parse_config(c.text, "planc.conf");
@@ -137,7 +148,8 @@ TEST(ConfigTest, Errors) {
   };
   const Case cases[] = {
       {"Bogus=1", "f.conf:1: key 'Bogus': unknown key", "valid keys"},
-      {"\n\nGuaranteedCapPercent=0", "f.conf:3: key 'GuaranteedCapPercent': 0 is out of range", "1 to 100"},
+      {"\n\nGuaranteedCapPercent=0", "f.conf:3: key 'GuaranteedCapPercent': 0 is out of range",
+       "1 to 100"},
       {"GuaranteedCapPercent=101", "f.conf:1: key 'GuaranteedCapPercent'", "1 to 100"},
       {"GuaranteedCapPercent=eighty", "f.conf:1: key 'GuaranteedCapPercent'", "not a whole number"},
       {"GuaranteedCapPercent=-5", "f.conf:1: key 'GuaranteedCapPercent'", "not a whole number"},
@@ -164,15 +176,19 @@ TEST(ConfigTest, Errors) {
       {"DefaultCardHourPrice=20.", "f.conf:1: key 'DefaultCardHourPrice'", "not a price"},
       {"CardHourPrice=h800", "f.conf:1: key 'CardHourPrice'", "TYPE:PRICE"},
       {"CardHourPrice=h800:x", "f.conf:1: key 'CardHourPrice'", "not a price"},
-      {"CardHourPrice=h800:5", "f.conf:1: key 'CardHourPrice': h800 at 5.00", "below CardHourPriceFloor"},
+      {"CardHourPrice=h800:5", "f.conf:1: key 'CardHourPrice': h800 at 5.00",
+       "below CardHourPriceFloor"},
       {"CardHourPrice=h800:20\nCardHourPriceFloor=25", "f.conf:2: key 'CardHourPrice'", "below"},
-      {"GuaranteedCapPercent=80\nguaranteedcappercent=70", "f.conf:2: key 'guaranteedcappercent'", "given twice (first on line 1)"},
+      {"GuaranteedCapPercent=80\nguaranteedcappercent=70", "f.conf:2: key 'guaranteedcappercent'",
+       "given twice (first on line 1)"},
       {"Tier=P5", "f.conf:1: key 'Tier': 'P5' is not a tier", "P0, P1, P2 or P3"},
       {"Tier=P2 Colour=red", "f.conf:1: key 'Colour': unknown key on a Tier line", "GraceTime"},
-      {"Tier=P2 GraceTime=30 GraceTime=40", "f.conf:1: key 'GraceTime': given twice on one line", ""},
+      {"Tier=P2 GraceTime=30 GraceTime=40", "f.conf:1: key 'GraceTime': given twice on one line",
+       ""},
       {"Tier=P2\nTier=p2", "f.conf:2: key 'Tier': p2 is described twice (first on line 1)", ""},
       {"Tier=P2 GraceTime=2h", "f.conf:1: key 'GraceTime'", "0 to 3600"},
-      {"Tier=P2 PriceFactor=0.2", "f.conf:1: key 'PriceFactor': 0.2 is outside the policy's range for P2", "0.30 to 0.40"},
+      {"Tier=P2 PriceFactor=0.2",
+       "f.conf:1: key 'PriceFactor': 0.2 is outside the policy's range for P2", "0.30 to 0.40"},
       {"Tier=P3 PriceFactor=0.55", "f.conf:1: key 'PriceFactor'", "0.30 to 0.50"},
       {"Tier=P0 PriceFactor=0.5", "f.conf:1: key 'PriceFactor'", "1.00 to 10.00"},
       {"Tier=P2 PriceFactor=0.3333", "f.conf:1: key 'PriceFactor'", "at most 3 decimals"},
@@ -182,19 +198,22 @@ TEST(ConfigTest, Errors) {
       {"Tier=P2 Preempts=P2", "f.conf:1: key 'Preempts': P2 may not preempt its own tier", ""},
       {"\nTier=P2 Preempts=P1", "f.conf:2: key 'Preempts': P2 may not preempt P1", "guaranteed"},
       {"Tier=P3 Preempts=P2", "f.conf:1: key 'Preempts': P2 and P3 may not preempt each other", ""},
-      {"Tier=P3 Aliases=lease", "f.conf:1: key 'Aliases': the name 'lease'", "used by both P0 and P3"},
+      {"Tier=P3 Aliases=lease", "f.conf:1: key 'Aliases': the name 'lease'",
+       "used by both P0 and P3"},
       {"Tier=P2 VictimClass=4", "f.conf:1: key 'VictimClass'", "1 to 3"},
       {"Tier=P2 Alternative=P9", "f.conf:1: key 'Alternative': 'P9' is not a tier", "or none"},
       {"Tier=P3 StarveInto=P3", "f.conf:1: key 'StarveInto': P3 cannot starve into itself", ""},
       {"Tier=P2 PriceRange=0.5-0.4", "f.conf:1: key 'PriceRange'", "LOW-HIGH"},
       {"Tier=P2 PriceRange=0.40-0.50",
        "f.conf:1: key 'PriceRange': P2's PriceFactor 0.35 is outside 0.40-0.50", ""},
-      {"Tier=P2 Victims=1", "f.conf:1: key 'Victims': unknown key on a Tier line", "VictimClass, Alternative, StarveInto, StarveAfter"},
+      {"Tier=P2 Victims=1", "f.conf:1: key 'Victims': unknown key on a Tier line",
+       "VictimClass, Alternative, StarveInto, StarveAfter"},
       {"Tier=P3 QOS=p2-spot", "f.conf:1: key 'QOS'", "used by both P2 and P3"},
       {"Tier=P3 QOS=a,b", "f.conf:1: key 'QOS'", "not a QoS name"},
       {"Tier=P3 Product=\"unterminated", "f.conf:1: key 'Product': unterminated quote", ""},
       {"JustAWord", "f.conf:1: 'JustAWord' is not of the form Key=Value", ""},
-      {"SpoolDir=spool", "f.conf:1: key 'SpoolDir': 'spool' is not an absolute path", "StateSaveLocation"},
+      {"SpoolDir=spool", "f.conf:1: key 'SpoolDir': 'spool' is not an absolute path",
+       "StateSaveLocation"},
       {"Bogus=1", "f.conf:1: key 'Bogus': unknown key", "ShardsPerCard, SpoolDir"},
   };
   for (const Case& c : cases) {
@@ -237,10 +256,10 @@ TEST(ConfigTest, Decimals) {
     const char* in;
     int64_t micros;  // -1: rejected
   };
-  const Case cases[] = {{"0", 0},          {"20", 20000000}, {"20.00", 20000000},
-                        {"0.35", 350000},  {"0.000001", 1},  {"0.0000001", -1},
-                        {".5", -1},        {"5.", -1},       {"", -1},
-                        {"1,5", -1},       {"+1", -1},       {"99999999999999", -1}};
+  const Case cases[] = {{"0", 0},         {"20", 20000000}, {"20.00", 20000000},
+                        {"0.35", 350000}, {"0.000001", 1},  {"0.0000001", -1},
+                        {".5", -1},       {"5.", -1},       {"", -1},
+                        {"1,5", -1},      {"+1", -1},       {"99999999999999", -1}};
   for (const Case& c : cases) {
     auto m = parse_decimal_micros(c.in);
     if (c.micros < 0)

@@ -26,7 +26,10 @@ TEST(PreemptLedgerTest, WindowEdges) {
       {"oldest exactly 24 h old has left", {kT0, kT0 + 10, kT0 + 20}, kT0 + kDay, 2, false},
       {"all old", {kT0, kT0 + 10, kT0 + 20}, kT0 + 2 * kDay, 0, false},
       {"clock went back before all three: still counted",
-       {kT0, kT0 + 10, kT0 + 20}, kT0 - 3600, 3, true},
+       {kT0, kT0 + 10, kT0 + 20},
+       kT0 - 3600,
+       3,
+       true},
       {"clock went back between them", {kT0, kT0 + 10, kT0 + 20}, kT0 + 5, 3, true},
       {"four, one outside", {kT0 - kDay, kT0, kT0 + 10, kT0 + 20}, kT0 + 30, 3, true},
   };
@@ -68,12 +71,10 @@ TEST(LedgerFilterTest, AddRebuildAndCollisions) {
     bool after_add;      // after add(7), add(65536 + 9), add(0xffffffff)
     bool after_rebuild;  // after rebuild({9, 4000000000})
   } cases[] = {
-      {7, true, false},
-      {8, false, false},
-      {9, true, true},              // 65536 + 9 shares job 9's bit: a false positive
-      {65536 + 9, true, true},      // and back again after the rebuild
-      {0xffffffff, true, false},
-      {4000000000, false, true},
+      {7, true, false},          {8, false, false},
+      {9, true, true},          // 65536 + 9 shares job 9's bit: a false positive
+      {65536 + 9, true, true},  // and back again after the rebuild
+      {0xffffffff, true, false}, {4000000000, false, true},
       {1, false, false},
   };
   for (const auto& c : cases) EXPECT_FALSE(f->maybe_contains(c.id)) << c.id;
@@ -155,9 +156,18 @@ TEST(VictimOrderTest, Table) {
   const uint8_t p3 = t.tier(TierId::kP3).victim_class, p2 = t.tier(TierId::kP2).victim_class,
                 p1 = t.tier(TierId::kP1).victim_class;
   const VictimFacts order[] = {
-      {p3, 0, 0},   {p3, 0, 10}, {p3, 0, 60 * 24 * 30}, {p3, 1, 0},   {p3, 2, 1},
-      {p3, 255, 0}, {p3, 1000, 60 * 24 * 365 * 10},     {p2, 0, 0},   {p2, 0, 2},
-      {p2, 1, 0},   {p2, 2, 120}, {p1, 0, 0},
+      {p3, 0, 0},
+      {p3, 0, 10},
+      {p3, 0, 60 * 24 * 30},
+      {p3, 1, 0},
+      {p3, 2, 1},
+      {p3, 255, 0},
+      {p3, 1000, 60 * 24 * 365 * 10},
+      {p2, 0, 0},
+      {p2, 0, 2},
+      {p2, 1, 0},
+      {p2, 2, 120},
+      {p1, 0, 0},
   };
   for (size_t i = 0; i + 1 < std::size(order); ++i)
     EXPECT_LT(victim_rank(order[i]), victim_rank(order[i + 1])) << "row " << i;
@@ -282,8 +292,7 @@ TEST(PreemptionNoteTest, EveryEnding) {
   };
   for (const Case& c : cases) {
     e.requeue = c.requeue;
-    EXPECT_EQ(preemption_note(cfg, e, {c.end, at, c.detail}), head + c.middle + tail)
-        << c.middle;
+    EXPECT_EQ(preemption_note(cfg, e, {c.end, at, c.detail}), head + c.middle + tail) << c.middle;
   }
   EXPECT_EQ(preemption_note(cfg, e, {PreemptionEnd::kCalledOff, at, "job 99 was cancelled"}),
             "planc: preemption at 2027-01-15T08:00:00Z by job 99 (P0 p0-lease) called off at "
@@ -331,10 +340,10 @@ TEST(AdviceTest, FollowsTheAccountsEntitlement) {
   const Case cases[] = {
       {"P3, account has P1", TierId::kP3, ent({"p1-guaranteed", "p3-spot"}), "p1-guaranteed"},
       {"P3, account has P0 only", TierId::kP3, ent({"p0-lease", "p3-spot"}), "p0-lease"},
-      {"P3, account has both: the policy's choice", TierId::kP3,
-       ent({"p0-lease", "p1-guaranteed"}), "p1-guaranteed"},
-      {"P2, account has both: the policy's choice", TierId::kP2,
-       ent({"p1-guaranteed", "p0-lease"}), "p0-lease"},
+      {"P3, account has both: the policy's choice", TierId::kP3, ent({"p0-lease", "p1-guaranteed"}),
+       "p1-guaranteed"},
+      {"P2, account has both: the policy's choice", TierId::kP2, ent({"p1-guaranteed", "p0-lease"}),
+       "p0-lease"},
       {"P2, account has P1 only", TierId::kP2, ent({"p1-guaranteed", "p2-spot"}), "p1-guaranteed"},
       {"spot-only account", TierId::kP3, ent({"p2-spot", "p3-spot"}), nullptr},
       {"names compare case-insensitively", TierId::kP3, ent({"P1-Guaranteed"}), "p1-guaranteed"},
@@ -376,7 +385,9 @@ TEST(RunEndTest, EndingsDuringTheGrace) {
       {"exit 143", cfg, {E::kFailed, exited(143)}, RunEndVerdict::kTreatAsPreempted},
       {"SIGKILL", cfg, {E::kFailed, 9}, RunEndVerdict::kTreatAsPreempted},
       {"exit 99 (GraceFinishedExitCode)", cfg, {E::kFailed, exited(99)}, RunEndVerdict::kFinished},
-      {"exit 99 with no code set", no_code, {E::kFailed, exited(99)},
+      {"exit 99 with no code set",
+       no_code,
+       {E::kFailed, exited(99)},
        RunEndVerdict::kTreatAsPreempted},
       {"signal 99 is not exit 99", cfg, {E::kFailed, 99 & 0x7f}, RunEndVerdict::kTreatAsPreempted},
       {"scancel", cfg, {E::kCancelled, 0}, RunEndVerdict::kCancelledInGrace},

@@ -145,7 +145,8 @@ TEST(PreemptionTrackerTest, VictimThatEndsInItsGraceIsRequeuedOnce) {
   ASSERT_EQ(kinds(a), std::vector<K>{K::kRequeue});
   t.requeuing(kVictim);
   // Slurm logs the run again while requeueing it: not a second bill.
-  EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true, kT0ms + 1'000).kind, RK::kDuplicate);
+  EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true, kT0ms + 1'000).kind,
+            RK::kDuplicate);
   t.done(a[0], true);
   EXPECT_EQ(t.run_ended(kVictim, RunEndVerdict::kNotOurs, true, kT0ms + 1'000).kind, RK::kNone);
   EXPECT_TRUE(t.plan(kT0ms + 6'000, {{kVictim, view(S::kPending)}}).empty());
@@ -240,10 +241,11 @@ TEST(PreemptionTrackerTest, TheThirdPreemptionCapsUntilTheFirstLeavesTheWindow) 
 
 TEST(PreemptionTrackerTest, StateFileKeepsGracesAcrossARestart) {
   PreemptionTracker t(3, 86400);
-  t.start(event(), kT0ms);                          // in grace
-  t.start(event(kVictim + 1, 0), kT0ms);             // no grace: not saved
+  t.start(event(), kT0ms);                // in grace
+  t.start(event(kVictim + 1, 0), kT0ms);  // no grace: not saved
   t.start(event(kVictim + 2), kT0ms);
-  t.run_ended(kVictim + 2, RunEndVerdict::kTreatAsPreempted, true, kT0ms + 1'000);  // requeue pending
+  t.run_ended(kVictim + 2, RunEndVerdict::kTreatAsPreempted, true,
+              kT0ms + 1'000);  // requeue pending
   EXPECT_TRUE(t.dirty());
   std::string text = t.serialize();
   EXPECT_FALSE(t.dirty());
@@ -288,8 +290,8 @@ TEST(PreemptionTrackerTest, ForgetsEndedJobsButNotThoseInFlight) {
   PreemptionTracker t(3, 86400);
   t.start(event(), kT0ms);
   t.start(event(kVictim + 1, 0), kT0ms);
-  t.plan(kT0ms + 1'000, {{kVictim, view(S::kRunning, true)},
-                         {kPreemptor, view(S::kPending, false, true)}});
+  t.plan(kT0ms + 1'000,
+         {{kVictim, view(S::kRunning, true)}, {kPreemptor, view(S::kPending, false, true)}});
   t.forget({kVictim, kVictim + 1});
   EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 1), 1u) << "in its grace";
   EXPECT_EQ(t.ledger().count_in_window(kVictim + 1, kT0 + 1), 0u);

@@ -27,9 +27,9 @@ namespace fsys = std::filesystem;
 // Real files, with faults on demand.
 class FaultyFileSystem : public PosixFileSystem {
  public:
-  int write_errno = 0;       // every write fails with this while set
-  size_t short_write = 0;    // the next write writes at most this many bytes ...
-  int after_short_errno = 0; // ... and the write after it fails with this (0: succeeds)
+  int write_errno = 0;        // every write fails with this while set
+  size_t short_write = 0;     // the next write writes at most this many bytes ...
+  int after_short_errno = 0;  // ... and the write after it fails with this (0: succeeds)
   int fsync_errno = 0;
   int read_errno = 0;
   int writes = 0;
@@ -49,7 +49,9 @@ class FaultyFileSystem : public PosixFileSystem {
     }
     return PosixFileSystem::write(fd, data, size);
   }
-  int fsync(int fd) override { return fsync_errno ? fail(fsync_errno) : PosixFileSystem::fsync(fd); }
+  int fsync(int fd) override {
+    return fsync_errno ? fail(fsync_errno) : PosixFileSystem::fsync(fd);
+  }
   int read_file(const std::string& path, std::string* out) override {
     return read_errno ? fail(read_errno) : PosixFileSystem::read_file(path, out);
   }
@@ -158,8 +160,10 @@ TEST(SpoolTest, DamagedLinesAreSkippedAndNamed) {
     Spool spool(dir.path);
     std::string text = serialize_segment(segment(1));
     std::string spoiled = c.spoil(serialize_segment(segment(2)));
-    if (c.last) text += serialize_segment(segment(3)) + spoiled;
-    else text += spoiled + serialize_segment(segment(3));
+    if (c.last)
+      text += serialize_segment(segment(3)) + spoiled;
+    else
+      text += spoiled + serialize_segment(segment(3));
     std::ofstream(spool.path(7), std::ios::binary) << text;
     auto r = spool.read(7);
     ASSERT_TRUE(r.ok()) << r.error();
@@ -265,7 +269,8 @@ struct FakeStore {
       if (refuse.count(b.seg.job_id))
         return Result<size_t>::failure(ErrorCode::kRefused, "invalid byte sequence");
     size_t fresh = 0;
-    for (const Bill& b : bills) fresh += keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time).second;
+    for (const Bill& b : bills)
+      fresh += keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time).second;
     return fresh;
   }
 };
@@ -284,7 +289,8 @@ TEST(SpoolTest, ReplayAfterACrashStoresEveryRecordOnce) {
     Spool spool(dir.path);
     RecordAppender appender;
     appender.replace(spool.create(1).value());
-    for (uint32_t id = 1; id <= 5; id++) ASSERT_TRUE(appender.append(serialize_segment(segment(id))).ok());
+    for (uint32_t id = 1; id <= 5; id++)
+      ASSERT_TRUE(appender.append(serialize_segment(segment(id))).ok());
     // ... and half a record more, as a crash of the machine can leave.
     std::string torn = serialize_segment(segment(6));
     ASSERT_EQ(write(appender.file().fd, torn.data(), torn.size() / 2),
@@ -382,8 +388,8 @@ TEST(SpoolTest, ReadErrorsAreToldApart) {
 TEST(SpoolTest, PendingListsOnlySpoolFilesInOrder) {
   TempDir dir;
   Spool spool(dir.path);
-  for (const char* name : {"000000000010.spool", "000000000002.spool", "000000000002.spool.rejected",
-                           "notes.txt", "3.spool~"})
+  for (const char* name : {"000000000010.spool", "000000000002.spool",
+                           "000000000002.spool.rejected", "notes.txt", "3.spool~"})
     std::ofstream(dir.path + "/" + name) << "";
   EXPECT_EQ(spool.pending().value(), (std::vector<uint64_t>{2, 10}));
   Spool missing(dir.path + "/nope");
@@ -403,7 +409,7 @@ TEST(SpoolTest, BackoffDoublesToThirtySecondsAndLogsOnceAMinute) {
     int wait;
     bool log;
   };
-  const Step steps[] = {{0, 1, true},   {1, 2, false},  {3, 4, false},  {7, 8, false},
+  const Step steps[] = {{0, 1, true},    {1, 2, false},   {3, 4, false},  {7, 8, false},
                         {15, 16, false}, {31, 30, false}, {61, 30, true}, {91, 30, false}};
   for (const Step& s : steps) {
     bool log = false;

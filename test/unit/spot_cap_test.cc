@@ -185,8 +185,8 @@ TEST(SpotCapTest, RefusalMessage) {
   // The advice follows the account's entitlement: P2's first choice is
   // P0, but an account with only P1 is told P1, and one with no
   // guaranteed tier whom to ask.
-  auto m3 = spot_cap_refusal(p2, ent("acct-api", {"p1-guaranteed", "p2-spot"}), TierId::kP2, 40,
-                             now);
+  auto m3 =
+      spot_cap_refusal(p2, ent("acct-api", {"p1-guaranteed", "p2-spot"}), TierId::kP2, 40, now);
   ASSERT_TRUE(m3);
   EXPECT_NE(m3->find("To run now, use a guaranteed tier: --qos=p1-guaranteed (P1"),
             std::string::npos)

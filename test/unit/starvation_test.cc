@@ -43,7 +43,7 @@ TEST(StarvationTest, LongestWaitFirstAtMostNPerInterval) {
   std::vector<PendingJob> jobs = {
       {10, TierId::kP3, R::kResources, kNow - 2000},
       {11, TierId::kP3, R::kPriority, kNow - 5000},
-      {12, TierId::kP3, R::kHeld, kNow - 9000},       // not counted
+      {12, TierId::kP3, R::kHeld, kNow - 9000},  // not counted
       {13, TierId::kP3, R::kResources, kNow - 3000},
       {14, TierId::kP3, R::kResources, kNow - 3000},  // tie with 13: lower id first
       {15, TierId::kP3, R::kResources, kNow - 100},   // not yet
@@ -86,9 +86,11 @@ TEST(StarvationTest, MarkedJobs) {
       {"moved to P3 by someone", {1, TierId::kP3, kNow - 4000, up}, MarkAction::kDropMark},
       {"moved to P1 by an operator", {1, TierId::kP1, kNow - 4000, up}, MarkAction::kDropMark},
       // A planc.conf where P2 starves into P1: the mark says so.
-      {"P2 to P1, requeued", {1, TierId::kP1, up + 300, up, TierId::kP2, TierId::kP1},
+      {"P2 to P1, requeued",
+       {1, TierId::kP1, up + 300, up, TierId::kP2, TierId::kP1},
        MarkAction::kBack},
-      {"P2 to P1, in P2 again", {1, TierId::kP2, up + 300, up, TierId::kP2, TierId::kP1},
+      {"P2 to P1, in P2 again",
+       {1, TierId::kP2, up + 300, up, TierId::kP2, TierId::kP1},
        MarkAction::kDropMark},
       {"unreadable mark time", {1, TierId::kP2, kNow, 0}, MarkAction::kKeep},
   };

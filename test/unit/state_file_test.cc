@@ -25,8 +25,8 @@ Result<int> parse_number(const std::string& text) {
 }
 
 LoadedState<int> load(const std::string& path) {
-  return load_state_file<int>(path, 1800000000, parse_number, [] { return -1; },
-                              "starting from nothing");
+  return load_state_file<int>(
+      path, 1800000000, parse_number, [] { return -1; }, "starting from nothing");
 }
 
 TEST(StateFileTest, FirstStartIsQuiet) {
@@ -60,8 +60,10 @@ TEST(StateFileTest, UnreadableFileIsReportedAndKept) {
   EXPECT_EQ(r.error(), "cannot read " + path + ": Is a directory");
   auto l = load(path);
   EXPECT_EQ(l.value, -1);
-  EXPECT_EQ(l.problem, path + " is unreadable (cannot read " + path + ": Is a directory); moved "
-                       "aside to " + path + ".bad-1800000000; starting from nothing");
+  EXPECT_EQ(l.problem, path + " is unreadable (cannot read " + path +
+                           ": Is a directory); moved "
+                           "aside to " +
+                           path + ".bad-1800000000; starting from nothing");
   EXPECT_TRUE(fs::is_directory(path + ".bad-1800000000"));
   EXPECT_FALSE(fs::exists(path));
   if (geteuid() != 0) {  // as a normal user, mode 000 is unreadable too

@@ -43,26 +43,39 @@ TEST(SubmitPolicyTest, Table) {
        "p3-spot", true},
       {"--no-requeue kept", "p2", spot, "", Requeue::kNo, true, SubmitError::kNone, "p2-spot",
        false},
-      {"--requeue kept", "p2", spot, "", Requeue::kYes, true, SubmitError::kNone, "p2-spot",
-       false},
+      {"--requeue kept", "p2", spot, "", Requeue::kYes, true, SubmitError::kNone, "p2-spot", false},
       {"guaranteed tier not made requeueable", "lease", all, "", Requeue::kUnset, true,
        SubmitError::kNone, "p0-lease", false},
       {"no qos: association default", "", all, "p1-guaranteed", Requeue::kUnset, true,
        SubmitError::kNone, "p1-guaranteed", false},
       {"no qos, default not a tier: planc default", "", spot, "normal", Requeue::kUnset, true,
        SubmitError::kNone, "p3-spot", true},
-      {"no qos, no default: planc default", "", spot, "", Requeue::kUnset, true,
-       SubmitError::kNone, "p3-spot", true},
-      {"no qos, planc default not entitled", "", {"p0-lease"}, "", Requeue::kUnset, true,
-       SubmitError::kNotEntitled, "", false},
+      {"no qos, no default: planc default", "", spot, "", Requeue::kUnset, true, SubmitError::kNone,
+       "p3-spot", true},
+      {"no qos, planc default not entitled",
+       "",
+       {"p0-lease"},
+       "",
+       Requeue::kUnset,
+       true,
+       SubmitError::kNotEntitled,
+       "",
+       false},
       {"unknown tier", "gold", all, "", Requeue::kUnset, true, SubmitError::kUnknownTier, "",
        false},
       {"non-tier QoS is unknown", "normal", spot, "", Requeue::kUnset, true,
        SubmitError::kUnknownTier, "", false},
       {"unentitled tier", "p0", spot, "", Requeue::kUnset, true, SubmitError::kNotEntitled, "",
        false},
-      {"no association: names mapped, Slurm decides", "p0", {}, "", Requeue::kUnset, false,
-       SubmitError::kNone, "p0-lease", false},
+      {"no association: names mapped, Slurm decides",
+       "p0",
+       {},
+       "",
+       Requeue::kUnset,
+       false,
+       SubmitError::kNone,
+       "p0-lease",
+       false},
   };
   for (const Case& c : cases) {
     SubmitRequest r = assoc(c.allowed, c.def);
@@ -170,8 +183,7 @@ namespace planc {
 namespace {
 
 TEST(SubmitPolicyTest, GuaranteedPartitionRouting) {
-  static const PlancConfig c =
-      parse_config("GuaranteedPartition=guaranteed", "planc.conf").value();
+  static const PlancConfig c = parse_config("GuaranteedPartition=guaranteed", "planc.conf").value();
   const std::vector<std::string> all = {"p0-lease", "p1-guaranteed", "p2-spot", "p3-spot"};
   struct Case {
     const char* what;
@@ -203,8 +215,7 @@ TEST(SubmitPolicyTest, GuaranteedPartitionRouting) {
 }
 
 TEST(SubmitPolicyTest, ModifyMovesBetweenPartitionsWithTheTier) {
-  static const PlancConfig c =
-      parse_config("GuaranteedPartition=guaranteed", "planc.conf").value();
+  static const PlancConfig c = parse_config("GuaranteedPartition=guaranteed", "planc.conf").value();
   struct Case {
     const char* what;
     std::string typed, current;

@@ -58,11 +58,25 @@ TEST(TierTableTest, FindByAnyName) {
     int tier;  // -1: not found
   };
   const Case cases[] = {
-      {"p0-lease", 0},     {"P0", 0},          {"p0", 0},          {"plan-a-lease", 0},
-      {"LEASE", 0},        {"p1-guaranteed", 1}, {"plan-b-guaranteed", 1},
-      {"p2-spot", 2},      {"plan-a-spot", 2},  {"Plan-A-Spot", 2}, {"p2", 2},
-      {"elastic", 2},      {"p3-spot", 3},      {"plan-b-spot", 3}, {"batch", 3},
-      {"gold", -1},        {"", -1},            {"p4", -1},         {"p2-spot ", -1},
+      {"p0-lease", 0},
+      {"P0", 0},
+      {"p0", 0},
+      {"plan-a-lease", 0},
+      {"LEASE", 0},
+      {"p1-guaranteed", 1},
+      {"plan-b-guaranteed", 1},
+      {"p2-spot", 2},
+      {"plan-a-spot", 2},
+      {"Plan-A-Spot", 2},
+      {"p2", 2},
+      {"elastic", 2},
+      {"p3-spot", 3},
+      {"plan-b-spot", 3},
+      {"batch", 3},
+      {"gold", -1},
+      {"", -1},
+      {"p4", -1},
+      {"p2-spot ", -1},
       {"normal", -1},
   };
   TierTable t = TierTable::defaults();
@@ -91,13 +105,11 @@ TEST(TierTableTest, ValidateCatchesInconsistentTables) {
        "Preempts", "own tier"},
       {"guaranteed victim", [](TierTable& t) { t.mutable_tier(TierId::kP2).preempts[0] = true; },
        "Preempts", "guaranteed"},
-      {"mutual", [](TierTable& t) { t.mutable_tier(TierId::kP3).preempts[2] = true; },
-       "Preempts", "each other"},
-      {"alias clash",
-       [](TierTable& t) { t.mutable_tier(TierId::kP3).aliases.push_back("Lease"); }, "Aliases",
-       "used by both"},
-      {"empty qos", [](TierTable& t) { t.mutable_tier(TierId::kP1).qos.clear(); }, "QOS",
-       "empty"},
+      {"mutual", [](TierTable& t) { t.mutable_tier(TierId::kP3).preempts[2] = true; }, "Preempts",
+       "each other"},
+      {"alias clash", [](TierTable& t) { t.mutable_tier(TierId::kP3).aliases.push_back("Lease"); },
+       "Aliases", "used by both"},
+      {"empty qos", [](TierTable& t) { t.mutable_tier(TierId::kP1).qos.clear(); }, "QOS", "empty"},
   };
   for (const Case& c : cases) {
     TierTable t = TierTable::defaults();
@@ -115,7 +127,7 @@ TEST(QosTierCacheTest, RemembersByIdAndReadsTheNameOnce) {
   EXPECT_EQ(cache.lookup(7, "p2-spot"), &t.tier(TierId::kP2));
   EXPECT_EQ(cache.lookup(7, nullptr), &t.tier(TierId::kP2));  // from memory
   EXPECT_EQ(cache.lookup(8, "normal"), nullptr);
-  EXPECT_EQ(cache.lookup(8, "p3-spot"), nullptr);  // id 8 is known not a tier
+  EXPECT_EQ(cache.lookup(8, "p3-spot"), nullptr);                     // id 8 is known not a tier
   EXPECT_EQ(cache.lookup(100000, "P0-LEASE"), &t.tier(TierId::kP0));  // beyond the table
   EXPECT_EQ(cache.lookup(9, nullptr), nullptr);
 }
