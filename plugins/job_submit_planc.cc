@@ -31,15 +31,25 @@ PLANC_EXPORT const char plugin_type[] = "job_submit/planc";
 PLANC_EXPORT const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
 namespace {
-planc::Mutex g_mu;
-std::shared_ptr<const planc::PlancConfig> g_config GUARDED_BY(g_mu);
-std::condition_variable_any g_cv;
-bool g_stop GUARDED_BY(g_mu) = false;
+
+// What the entry points and the watcher thread share.  On the heap, made by
+// init() and deleted by fini() once the watcher has stopped: slurmctld
+// 22.05 calls job_submit plugins' fini() only when built with
+// MEMORY_LEAK_DEBUG (controller.c), so at a normal exit the watcher still
+// waits on it while static objects are destroyed; never destroying it keeps
+// it valid to the end.
+struct Shared {
+  planc::Mutex mu;
+  std::shared_ptr<const planc::PlancConfig> config GUARDED_BY(mu);
+  std::condition_variable_any cv;
+  bool stop GUARDED_BY(mu) = false;
+};
+Shared* g = nullptr;
 std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
 std::shared_ptr<const planc::PlancConfig> config() {
-  planc::MutexLock l(g_mu);
-  return g_config;
+  planc::MutexLock l(g->mu);
+  return g->config;
 }
 
 void note_cap_routing(const planc::PlancConfig& cfg) {
@@ -50,18 +60,19 @@ void note_cap_routing(const planc::PlancConfig& cfg) {
         plugin_type, cfg.guaranteed_cap_percent);
 }
 
-void watch_config(planc::ConfigWatch watch) {
-  planc::MutexLock l(g_mu);
-  while (!g_stop) {
+void watch_config(Shared* sh, planc::ConfigWatch watch) {
+  Shared& s = *sh;
+  planc::MutexLock l(s.mu);
+  while (!s.stop) {
     auto until = std::chrono::steady_clock::now() + planc::kConfigCheckInterval;
-    while (!g_stop && g_cv.wait_until(l, until) == std::cv_status::no_timeout) {
+    while (!s.stop && s.cv.wait_until(l, until) == std::cv_status::no_timeout) {
     }
-    if (g_stop) break;
+    if (s.stop) break;
     l.unlock();
     auto cfg = planc::slurm::reload_plugin_config(plugin_type, &watch);
     if (cfg) note_cap_routing(*cfg);
     l.lock();
-    if (cfg) g_config = std::move(cfg);
+    if (cfg) s.config = std::move(cfg);
   }
 }
 
@@ -127,12 +138,12 @@ PLANC_EXPORT int init(void) {
     auto cfg = planc::slurm::load_plugin_config(plugin_type);
     if (!cfg) return SLURM_ERROR;
     note_cap_routing(*cfg);
+    g = new Shared;
     {
-      planc::MutexLock l(g_mu);
-      g_config = cfg;
-      g_stop = false;
+      planc::MutexLock l(g->mu);
+      g->config = cfg;
     }
-    g_worker = planc::start_worker("planc_submit", watch_config,
+    g_worker = planc::start_worker("planc_submit", watch_config, g,
                                    planc::ConfigWatch(planc::slurm::planc_conf_file(), cfg));
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
@@ -142,14 +153,15 @@ PLANC_EXPORT int init(void) {
 }
 
 PLANC_EXPORT int fini(void) {
+  if (!g) return SLURM_SUCCESS;
   {
-    planc::MutexLock l(g_mu);
-    g_stop = true;
+    planc::MutexLock l(g->mu);
+    g->stop = true;
   }
-  g_cv.notify_all();
+  g->cv.notify_all();
   planc::join_worker(g_worker);
-  planc::MutexLock l(g_mu);
-  g_config.reset();
+  delete g;
+  g = nullptr;
   return SLURM_SUCCESS;
 }
 
