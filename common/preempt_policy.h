@@ -173,6 +173,7 @@ std::string guaranteed_advice(const PlancConfig& cfg, TierId from, const Entitle
 // starts and rewritten when it ends, so it always says what happened.
 struct PreemptionEvent {
   uint32_t victim_job = 0;
+  uint32_t victim_run = 0;  // which run of it (Slurm's restart count)
   TierId victim_tier = TierId::kP3;
   uint32_t preemptor_job = 0;  // 0: unknown
   TierId preemptor_tier = TierId::kP0;

@@ -10,6 +10,7 @@ namespace {
 
 constexpr std::string_view kHeaderV1 = "planc-preempt-state v1";
 constexpr std::string_view kHeaderV2 = "planc-preempt-state v2";
+constexpr std::string_view kHeaderV3 = "planc-preempt-state v3";  // preemptors' victims with runs
 
 using State = JobView::State;
 
@@ -86,7 +87,7 @@ PreemptionEvent PreemptionTracker::start(PreemptionEvent e, TimeMs now_ms) {
   if (e.preemptor_job) {
     Preemptor& p = preemptors_[e.preemptor_job];
     if (p.since != e.when) p.victims.clear();  // a new round of preemption
-    p.victims.push_back(e.victim_job);
+    p.victims.emplace_back(e.victim_job, e.victim_run);
     p.since = e.when;
   }
   dirty_ = true;
@@ -152,7 +153,7 @@ std::vector<uint32_t> PreemptionTracker::watched() const {
   }
   for (const auto& [id, p] : preemptors_) {
     ids.push_back(id);
-    ids.insert(ids.end(), p.victims.begin(), p.victims.end());
+    for (const auto& v : p.victims) ids.push_back(v.first);
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
@@ -211,7 +212,10 @@ std::vector<TrackerAction> PreemptionTracker::plan(TimeMs now_ms,
                 now - it->second.since > kPreemptorWatchSeconds;
     if (!over) {
       bool gone = std::none_of(it->second.victims.begin(), it->second.victims.end(),
-                               [&](uint32_t v) { return holds_resources(view_of(seen, v)); });
+                               [&](const std::pair<uint32_t, uint32_t>& v) {
+                                 const JobView& jv = view_of(seen, v.first);
+                                 return jv.run == v.second && holds_resources(jv);
+                               });
       if (gone) {
         out.push_back({K::kReleasePreemptor, it->first, 0, "", {}});
         over = true;
@@ -256,7 +260,9 @@ void PreemptionTracker::drop_victim(uint32_t job_id) {
     auto pit = preemptors_.find(p);
     if (pit != preemptors_.end()) {
       auto& vs = pit->second.victims;
-      vs.erase(std::remove(vs.begin(), vs.end(), job_id), vs.end());
+      vs.erase(
+          std::remove_if(vs.begin(), vs.end(), [&](const auto& v) { return v.first == job_id; }),
+          vs.end());
       if (vs.empty()) preemptors_.erase(pit);
     }
   }
@@ -313,12 +319,13 @@ std::string PreemptionTracker::serialize() {
   }
   for (const auto& [id, p] : preemptors_) {
     body += "P " + std::to_string(id) + " " + std::to_string(static_cast<int64_t>(p.since));
-    for (uint32_t v : p.victims) body += " " + std::to_string(v);
+    for (const auto& [v, run] : p.victims)
+      body += " " + std::to_string(v) + " " + std::to_string(run);
     body += "\n";
     records++;
   }
   dirty_ = false;
-  return frame_state(kHeaderV2, body, records);
+  return frame_state(kHeaderV3, body, records);
 }
 
 Result<PreemptionTracker> PreemptionTracker::parse(std::string_view text, uint32_t max_count,
@@ -332,7 +339,10 @@ Result<PreemptionTracker> PreemptionTracker::parse(std::string_view text, uint32
     return t;
   }
   uint64_t records = 0;
-  auto framed = unframe_state(text, kHeaderV2, &records);
+  // v2 files (one release of this format) list a preemptor's victims
+  // without their runs; read as run 0.
+  const bool v2 = text.substr(0, kHeaderV2.size() + 1) == std::string(kHeaderV2) + "\n";
+  auto framed = unframe_state(text, v2 ? kHeaderV2 : kHeaderV3, &records);
   if (!framed.ok())
     return R::failure("not a valid Plan C preemption state file: " + framed.error());
   auto lines = split_lines(framed.value());
@@ -386,7 +396,10 @@ Result<PreemptionTracker> PreemptionTracker::parse(std::string_view text, uint32
       if (num.size() < 2 || !num[0] || num[0] > 0xffffffffULL) return bad("bad preemptor record");
       Preemptor& p = t.preemptors_[static_cast<uint32_t>(num[0])];
       p.since = static_cast<time_t>(num[1]);
-      for (size_t i = 2; i < num.size(); i++) p.victims.push_back(static_cast<uint32_t>(num[i]));
+      if (!v2 && num.size() % 2) return bad("bad preemptor record");
+      for (size_t i = 2; i < num.size(); i += v2 ? 1 : 2)
+        p.victims.emplace_back(static_cast<uint32_t>(num[i]),
+                               v2 ? 0u : static_cast<uint32_t>(num[i + 1]));
     } else {
       return bad("unknown record");
     }

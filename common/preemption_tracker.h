@@ -71,6 +71,7 @@ struct JobView {
   bool preempted_state = false;      // its base state is PREEMPTED
   bool waits_on_preemption = false;  // a preemptor: pending with preempt_start_time set
   bool cancelled = false;            // finished as CANCELLED
+  uint32_t run = 0;                  // Slurm's restart count: which run this is
 };
 
 struct TrackerAction {
@@ -190,7 +191,9 @@ class PreemptionTracker {
     bool operator==(const Victim&) const = default;
   };
   struct Preemptor {
-    std::vector<uint32_t> victims;
+    // Its victims and the run of each it preempted: a victim requeued and
+    // started again is a new run, not the one whose resources it waits for.
+    std::vector<std::pair<uint32_t, uint32_t>> victims;
     time_t since = 0;
     bool operator==(const Preemptor&) const = default;
   };

@@ -262,6 +262,7 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
   if (!victim) return 0;
   planc::PreemptionEvent e;
   e.victim_job = job->job_id;
+  e.victim_run = job->restart_cnt;
   e.victim_tier = victim->id;
   e.when = time(nullptr);
   e.grace_seconds = victim->grace_seconds;

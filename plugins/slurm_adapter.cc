@@ -373,6 +373,7 @@ std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids) {
     v.preempted_state = (job->job_state & JOB_STATE_BASE) == JOB_PREEMPTED;
     v.cancelled = (job->job_state & JOB_STATE_BASE) == JOB_CANCELLED;
     v.waits_on_preemption = IS_JOB_PENDING(job) && job->details && job->details->preempt_start_time;
+    v.run = job->restart_cnt;
     out[id] = v;
   }
   return out;

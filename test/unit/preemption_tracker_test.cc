@@ -1,6 +1,7 @@
 // PreemptionTracker with a fake clock: every action it asks the worker
 // for, the per-job cap, and its state file.
 #include "common/preemption_tracker.h"
+#include "common/state_file.h"
 
 #include <gtest/gtest.h>
 
@@ -220,6 +221,25 @@ TEST(PreemptionTrackerTest, RobbedPreemptorIsReleasedOnceItsVictimsAreGone) {
   EXPECT_TRUE(t.plan(kT0ms + 300, seen).empty()) << "released once";
 }
 
+// A victim requeued and started again before the worker looked holds
+// resources again, but not the ones its preemptor waits for: a new run.
+TEST(PreemptionTrackerTest, RobbedPreemptorIsReleasedWhenItsVictimRunsAgain) {
+  PreemptionTracker t(3, 86400);
+  PreemptionEvent e = event(kVictim, 0);
+  e.victim_run = 0;
+  t.start(e, kT0ms);
+  JobView again = view(S::kRunning);
+  again.run = 1;  // requeued once, running its second run
+  std::map<uint32_t, JobView> seen = {{kVictim, again},
+                                      {kPreemptor, view(S::kPending, false, true)}};
+  EXPECT_EQ(kinds(t.plan(kT0ms + 6'000, seen)), std::vector<K>{K::kReleasePreemptor});
+  JobView same = view(S::kRunning);  // the preempted run itself: still dying
+  PreemptionTracker t2(3, 86400);
+  t2.start(e, kT0ms);
+  EXPECT_TRUE(t2.plan(kT0ms + 100, {{kVictim, same}, {kPreemptor, view(S::kPending, false, true)}})
+                  .empty());
+}
+
 TEST(PreemptionTrackerTest, PreemptorThatRunsIsForgotten) {
   PreemptionTracker t(3, 86400);
   t.start(event(kVictim, 0), kT0ms);
@@ -284,6 +304,22 @@ TEST(PreemptionTrackerTest, ReadsVersion1AndRejectsDamage) {
     auto r = PreemptionTracker::parse(bad, 3, 86400);
     EXPECT_FALSE(r.ok()) << bad;
   }
+}
+
+TEST(PreemptionTrackerTest, ReadsVersion2PreemptorsAsFirstRuns) {
+  // v2 listed a preemptor's victims without their runs: read as run 0, and
+  // written back as v3 with the runs.
+  auto v2 = PreemptionTracker::parse(frame_state("planc-preempt-state v2", "P 20 1000 10 11\n", 1),
+                                     3, 86400);
+  ASSERT_TRUE(v2.ok()) << v2.error();
+  EXPECT_EQ(v2.value().watched(), (std::vector<uint32_t>{10, 11, 20}));
+  std::string v3 = v2.value().serialize();
+  EXPECT_EQ(v3.rfind("planc-preempt-state v3\n", 0), 0u) << v3;
+  EXPECT_NE(v3.find("P 20 1000 10 0 11 0\n"), std::string::npos) << v3;
+  // v3 pairs each victim with its run: an odd count is damage.
+  EXPECT_FALSE(PreemptionTracker::parse(
+                   frame_state("planc-preempt-state v3", "P 20 1000 10 0 11\n", 1), 3, 86400)
+                   .ok());
 }
 
 TEST(PreemptionTrackerTest, ForgetsEndedJobsButNotThoseInFlight) {
