@@ -347,7 +347,17 @@ def restart_cluster_clean(c):
     """The restarted slurmctld hands out again the job ids it had
     forgotten, which the slurmd's still remember as theirs ("Duplicate
     jobid": the node is drained).  Restart the whole cluster (state kept) so
-    the tests after a crash start clean."""
+    the tests after a crash start clean.  Job ids given out before the crash
+    are not given out again (FirstJobId past them): the tests after this one
+    find a job's bills and records by its id."""
+    used = [int(x) for x in psql(c, "SELECT coalesce(max(job_id), 0) FROM planc.bill")[0]]
+    out = c.run("sacct", "-a", "-X", "-D", "-n", "-P", "-o", "JobIDRaw", "-S", "2020-01-01").stdout
+    used += [int(x) for x in out.split() if x.isdigit()]
+    extra = os.path.join(c.dir, "etc", "slurm.conf.extra")
+    lines = open(extra).read().splitlines() if os.path.exists(extra) else []
+    lines = [l for l in lines if not l.lower().startswith("firstjobid=")]
+    with open(extra, "w") as f:
+        f.write("\n".join(lines + [f"FirstJobId={max(used) + 100}"]) + "\n")
     c.ctl("down", timeout=300)
     up = c.ctl("up", check=False, timeout=300)
     assert up.returncode == 0, up.stderr

@@ -49,9 +49,13 @@ def note(c, jobid):
 
 def sacct_runs(c, jobid):
     """(State, ExitCode, AdminComment) of each run, oldest first."""
-    out = c.run("sacct", "-n", "-P", "-D", "-X", "-j", jobid, "-o", "State,ExitCode,AdminComment",
-                user="pcbob").stdout
-    return [l.split("|", 2) for l in out.splitlines() if l.strip()]
+    out = c.run("sacct", "-n", "-P", "-D", "-X", "-j", jobid, "-o",
+                "Start,State,ExitCode,AdminComment", user="pcbob").stdout
+    rows = [l.split("|", 3) for l in out.splitlines() if l.strip()]
+    # sacct lists a requeued job's records in no fixed order: by start time,
+    # the run still pending ("Unknown" start) last.
+    rows.sort(key=lambda r: (not r[0][:1].isdigit(), r[0]))
+    return [r[1:] for r in rows]
 
 
 def bill_rows(c, jobid):
