@@ -15,6 +15,23 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from planc_test import CLUSTER, ROOT, Cluster  # noqa: E402,F401
 
 
+def worker_overrides(overrides=None, offset=0):
+    """Each pytest-xdist worker (gw0, gw1, ...) has clusters of its own: its
+    own directory and ports (200 apart per worker), so workers run modules
+    side by side without sharing a slurmctld, a database or a spool."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    n = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+    base = int(os.environ.get("PLANC_PORT_BASE", "17800")) + offset
+    d = os.environ.get("PLANC_CLUSTER_DIR", "/tmp/planc-cluster")
+    out = dict(overrides or {})
+    if n is not None:
+        base += 200 * n
+        d += f"-{worker}"
+    if n is not None or offset:
+        out.update({"PLANC_CLUSTER_DIR": d, "PLANC_PORT_BASE": str(base)})
+    return out
+
+
 def start_cluster(overrides=None):
     env = dict(os.environ, **(overrides or {}))
     up = subprocess.run([CLUSTER, "up"], capture_output=True, text=True, timeout=600, env=env)
@@ -32,7 +49,7 @@ def stop_cluster(c):
 @pytest.fixture(scope="session")
 def cluster():
     """The 4-node, 32-GPU cluster most tests share."""
-    c = start_cluster()
+    c = start_cluster(worker_overrides())
     yield c
     stop_cluster(c)
 
@@ -41,8 +58,8 @@ def cluster():
 def small_cluster():
     """A second, 1-node (8-GPU) cluster beside the first, for tests that need
     exactly one possible victim."""
-    base = int(os.environ.get("PLANC_PORT_BASE", "17800")) + 100
-    d = os.environ.get("PLANC_CLUSTER_DIR", "/tmp/planc-cluster") + "-1node"
-    c = start_cluster({"PLANC_CLUSTER_DIR": d, "PLANC_PORT_BASE": str(base), "PLANC_NODES": "1"})
+    o = worker_overrides({"PLANC_NODES": "1"}, offset=100)
+    o["PLANC_CLUSTER_DIR"] += "-1node"
+    c = start_cluster(o)
     yield c
     stop_cluster(c)

@@ -96,7 +96,7 @@ def test_victim_that_ends_in_its_grace_is_preempted_requeued_and_free(c, action,
     assert (state, amount, reason) == (
         "PREEMPTED", "0", "preempted: unfinished preempted time is not billed")
     # And it runs again once there is room.
-    c.run("scancel", p0, check=True)
+    c.end_now(p0)
     c.wait_for("the victim to run again",
                lambda: [k for k, _ in events(c, victim)].count("start") == 2, timeout=90)
     assert "restarts=1" in open(os.path.join(c.work, f"sig.{victim}")).read()

@@ -137,7 +137,7 @@ def test_p2_victim_gets_sigterm_and_its_grace_then_runs_again(c):
     assert all(first(c, v, "SIGTERM") is None for v in others)
     assert c.state(victim) == "PENDING"
     # The requeued job runs again once there is room.
-    c.run("scancel", p0, check=True)
+    c.end_now(p0)
     c.wait_for("the requeued job to run again",
                lambda: [k for k, _ in events(c, victim)].count("start") == 2, timeout=120)
     assert "restarts=1" in open(os.path.join(c.work, f"sig.{victim}")).read()
@@ -193,7 +193,7 @@ def test_guaranteed_tiers_capped_at_80_percent(c):
     assert c.squeue_field(p0_26th, "%P") == "guaranteed"
     assert running(c, p2) and first(c, p2, "SIGTERM") is None
     # When a guaranteed job ends, it runs.
-    c.run("scancel", p1[0], check=True)
+    c.end_now(p1[0])
     c.wait_for("the 26th GPU's job to run once under the cap", lambda: running(c, p0_26th),
                timeout=90)
 
@@ -231,7 +231,7 @@ def test_preemption_cap_survives_restart(small_cluster):
         if protected:
             until = datetime.datetime.fromisoformat(protected.group(1))
             assert until == first_at + datetime.timedelta(hours=1), text
-        c.run("scancel", p0, check=True)
+        c.end_now(p0)
         if n == 2:
             c.ctl("restart-ctld")
     # The 4th time: the victim keeps running, the P0 job waits.

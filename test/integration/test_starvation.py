@@ -85,7 +85,7 @@ def upgraded_and_running(c):
     fillers = fill_with_p2(c)
     job = submit(c, "pcbob", "acct-spot", "p3")
     c.wait_for("the starving P3 job to be upgraded", lambda: qos(c, job) == "p2-spot", timeout=40)
-    c.run("scancel", fillers[0], check=True)
+    c.end_now(fillers[0])
     c.wait_for("the upgraded job to start", lambda: c.state(job) == "RUNNING", timeout=60)
     return job, fillers
 
@@ -120,7 +120,7 @@ def test_starved_p3_job_is_upgraded_and_starts_held_and_dependent_are_not(c):
                      r"after waiting \d+ s for (Resources|Priority)", log), log[-2000:]
     assert f"JobId={held} upgraded" not in log and f"JobId={dependent} upgraded" not in log
     # A node frees: the upgraded job starts, still marked (billing reads it).
-    c.run("scancel", fillers[0], check=True)
+    c.end_now(fillers[0])
     c.wait_for("the upgraded job to start", lambda: c.state(starved) == "RUNNING", timeout=60)
     assert qos(c, starved) == "p2-spot"
     assert MARK.search(admin_comment(c, starved))

@@ -238,20 +238,30 @@ class Cluster:
                                s.backfill_cycles() >= b0 + backfill)(self.sdiag()),
                       timeout=timeout, interval=0.5)
 
+    def end_now(self, jobid):
+        """Ends a running job at once, to free its nodes: SIGKILL to its
+        batch script (it ends FAILED).  `scancel` would have slurmd send
+        SIGTERM and wait at least 5 s, which the test jobs that trap SIGTERM
+        sit out."""
+        p = self.run("scancel", "--batch", "--signal=KILL", jobid)
+        assert p.returncode == 0, p.stderr
+
     def cancel_all(self):
         """Cancels every job and waits until no job holds a node.  Running
-        jobs get SIGKILL first: the test jobs that trap SIGTERM would
-        otherwise hold their node for slurmd's 5 s before its SIGKILL.  A
-        job requeued meanwhile (one that was in a preemption's grace) is
-        cancelled on the next round."""
+        jobs' batch scripts get SIGKILL first (`--batch`: slurmctld sends
+        it as is; a plain `scancel --signal=KILL` becomes a job kill, which
+        slurmd delivers as SIGTERM, KillWait, SIGKILL, so the test jobs
+        that trap SIGTERM held their node 5 s).  A job requeued meanwhile
+        (one that was in a preemption's grace) is cancelled on the next
+        round."""
         users = ("pcalice", "pcbob", "pccarol", "root")
 
         def cancelled():
             if self.run("squeue", "-h", "-o", "%i").stdout.strip() == "":
                 return True
             for u in users:
-                self.run("scancel", "--state=RUNNING", "--full", "--signal=KILL", "-u", u)
+                self.run("scancel", "--state=RUNNING", "--batch", "--signal=KILL", "-u", u)
             for u in users:
                 self.run("scancel", "-u", u)
             return False
-        self.wait_for("an empty queue", cancelled, timeout=90)
+        self.wait_for("an empty queue", cancelled, timeout=90, interval=0.2)
