@@ -66,14 +66,6 @@ namespace {
 
 // --- the worker ------------------------------------------------------------------
 
-slurmctld_lock_t update_locks() {
-  return {.conf = READ_LOCK,
-          .job = WRITE_LOCK,
-          .node = WRITE_LOCK,
-          .part = READ_LOCK,
-          .fed = READ_LOCK};
-}
-
 // A changed planc.conf: a new policy for what starts from now on; the
 // cap's limits apply at once to the counts kept; a grace in progress keeps
 // the grace it started with.
@@ -115,7 +107,7 @@ void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
   std::vector<TrackerAction> kills;
   std::vector<std::pair<TrackerAction, bool>> results;
   bool reschedule = false;
-  slurmctld_lock_t locks = update_locks();
+  slurmctld_lock_t locks = planc::slurm::job_update_locks();
   lock_slurmctld(locks);
   const time_t now = time(nullptr);
   for (const TrackerAction& a : actions) {

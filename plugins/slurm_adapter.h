@@ -42,6 +42,16 @@ std::string planc_conf_file();
 std::shared_ptr<const PlancConfig> reload_plugin_config(const char* plugin_type, ConfigWatch* watch,
                                                         bool force = false);
 
+// The slurmctld locks a plugin thread takes to change jobs (requeue, kill,
+// comments, QoS): job and node write, conf, partition and federation read.
+inline slurmctld_lock_t job_update_locks() {
+  return {.conf = READ_LOCK,
+          .job = WRITE_LOCK,
+          .node = WRITE_LOCK,
+          .part = READ_LOCK,
+          .fed = READ_LOCK};
+}
+
 // <StateSaveLocation>/<name>: where a plugin keeps its state file.
 std::string state_file_path(const char* name);
 

@@ -249,13 +249,6 @@ void stop_journal() {
 }
 
 slurmctld_lock_t job_read_lock() { return {.job = READ_LOCK}; }
-slurmctld_lock_t update_locks() {
-  return {.conf = READ_LOCK,
-          .job = WRITE_LOCK,
-          .node = WRITE_LOCK,
-          .part = READ_LOCK,
-          .fed = READ_LOCK};
-}
 
 std::string comment_after_upgrade(uint32_t job_id, const planc::Upgrade& u, time_t now) {
   std::string mark = planc::free_attempt_mark(*g_config, u.from, u.to, now, u.waited_seconds,
@@ -267,7 +260,7 @@ std::string comment_after_upgrade(uint32_t job_id, const planc::Upgrade& u, time
 // a job that started, was held or changed tier since the scan is skipped.
 bool upgrade(const planc::Upgrade& planned) {
   const planc::PlancConfig& cfg = *g_config;
-  slurmctld_lock_t locks = update_locks();
+  slurmctld_lock_t locks = planc::slurm::job_update_locks();
   lock_slurmctld(locks);
   time_t now = time(nullptr);
   auto job = planc::slurm::pending_job(*g_tiers, planned.job_id);
@@ -299,7 +292,7 @@ bool upgrade(const planc::Upgrade& planned) {
 // tier it came from; one moved to another tier by someone loses the mark.
 bool settle_mark(uint32_t job_id) {
   const planc::PlancConfig& cfg = *g_config;
-  slurmctld_lock_t locks = update_locks();
+  slurmctld_lock_t locks = planc::slurm::job_update_locks();
   lock_slurmctld(locks);
   auto job = planc::slurm::marked_job(*g_tiers, job_id);
   planc::MarkAction action = job ? planc::decide_marked(*job) : planc::MarkAction::kKeep;
