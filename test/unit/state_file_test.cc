@@ -3,9 +3,13 @@
 #include "common/state_file.h"
 
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -66,11 +70,46 @@ TEST(StateFileTest, UnreadableFileIsReportedAndKept) {
                            path + ".bad-1800000000; starting from nothing");
   EXPECT_TRUE(fs::is_directory(path + ".bad-1800000000"));
   EXPECT_FALSE(fs::exists(path));
-  if (geteuid() != 0) {  // as a normal user, mode 000 is unreadable too
-    ASSERT_FALSE(write_file_atomically(path, "x"));
-    chmod(path.c_str(), 0);
-    EXPECT_EQ(read_state_file(path).code(), ErrorCode::kUnreadable);
+}
+
+// Drops the capabilities that let root read any file from this process's
+// effective set: what a slurmctld running as SlurmUser=slurm has.
+bool drop_file_read_override() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  for (int cap : {CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH}) data[0].effective &= ~(1u << cap);
+  return syscall(SYS_capset, &header, data) == 0;
+}
+
+TEST(StateFileTest, Mode000FileIsUnreadableNotAFirstStart) {
+  TempDir d;
+  std::string path = d.path + "/state";
+  ASSERT_FALSE(write_file_atomically(path, frame_state("test v1", "a\n", 1)));
+  ASSERT_EQ(chmod(path.c_str(), 0), 0);
+  // In a child, so the test process keeps its capabilities (the tests run
+  // as root here; a normal user needs no dropping).
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (geteuid() == 0 && !drop_file_read_override()) _exit(2);
+    auto r = read_state_file(path);
+    bool want = !r.ok() && r.code() == ErrorCode::kUnreadable &&
+                r.error() == "cannot open " + path + ": Permission denied";
+    auto l = load(path);
+    want = want && l.value == -1 &&
+           l.problem == path + " is unreadable (cannot open " + path +
+                            ": Permission denied); moved aside to " + path +
+                            ".bad-1800000000; starting from nothing";
+    if (!want) fprintf(stderr, "read: %s\nload: %s\n", r.error().c_str(), l.problem.c_str());
+    _exit(want ? 0 : 1);
   }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: could not drop CAP_DAC_OVERRIDE";
+  EXPECT_TRUE(fs::exists(path + ".bad-1800000000"));
+  EXPECT_FALSE(fs::exists(path));
 }
 
 TEST(StateFileTest, CorruptFileIsReportedAndKept) {
