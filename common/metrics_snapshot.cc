@@ -1,0 +1,218 @@
+#include "common/metrics_snapshot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/state_file.h"
+
+namespace planc {
+namespace {
+
+constexpr std::string_view kHeader = "planc-metrics v1";
+
+using T = MetricType;
+
+// The HELP texts say exactly what is counted; the README's metric table
+// repeats them.
+const std::vector<MetricInfo> kCatalog = {
+    {"planc_exporter_source_up", T::kGauge, "source", "exporter",
+     "1 if the source was read and is fresh: a snapshot written within --max-age seconds and "
+     "intact; 0 if it is missing, corrupt or stale (its figures are then left out, never "
+     "shown as current)."},
+    {"planc_snapshot_age_seconds", T::kGauge, "source", "exporter",
+     "Seconds since the plugin wrote the snapshot the exporter read (by the file's own "
+     "timestamp)."},
+    {"planc_pool_gpus", T::kGauge, "", "slurmctld",
+     "GPUs the cluster's nodes have (Slurm's gres/gpu TRES, fractional GPUs as Slurm counts "
+     "them), whatever the nodes' state."},
+    {"planc_allocated_gpus", T::kGauge, "tier", "slurmctld",
+     "GPUs allocated to running jobs of the tier (the tier the job runs as: a P3 job on a free "
+     "P2 attempt counts as P2), sampled every few seconds."},
+    {"planc_jobs_running", T::kGauge, "tier", "slurmctld",
+     "Jobs of the tier running at the sample."},
+    {"planc_idle_threshold_crossings_total", T::kCounter, "threshold", "slurmctld",
+     "Times the pool's idle GPU share (1 - allocated/pool) crossed the threshold, in either "
+     "direction, between two samples, since slurmctld started."},
+    {"planc_starvation_upgrades_total", T::kCounter, "", "slurmctld",
+     "P3 jobs given their free attempt as P2 after waiting past StarvationThreshold, since "
+     "slurmctld started."},
+    {"planc_starvation_reverts_total", T::kCounter, "", "slurmctld",
+     "Free attempts that ended by requeue and went back to their own tier, since slurmctld "
+     "started."},
+    {"planc_config_reloads_total", T::kCounter, "result", "slurmctld",
+     "planc.conf changes slurmctld/planc saw: result=\"ok\" put in force, result=\"failed\" "
+     "refused (the previous file stays in force; the log names the line)."},
+};
+
+bool plain(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == ':' || c == '+' || c == '-';
+}
+
+std::string encode(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (plain(c)) {
+      out += c;
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(c));
+      out += buf;
+    }
+  }
+  return out.empty() ? "%" : out;  // "%" alone: the empty value
+}
+
+bool hex(char c, int* v) {
+  if (c >= '0' && c <= '9')
+    *v = c - '0';
+  else if (c >= 'A' && c <= 'F')
+    *v = c - 'A' + 10;
+  else if (c >= 'a' && c <= 'f')
+    *v = c - 'a' + 10;
+  else
+    return false;
+  return true;
+}
+
+bool decode(std::string_view s, std::string* out) {
+  out->clear();
+  if (s == "%") return true;
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i] != '%') {
+      if (!plain(s[i])) return false;
+      *out += s[i];
+      continue;
+    }
+    int hi, lo;
+    if (i + 2 >= s.size() || !hex(s[i + 1], &hi) || !hex(s[i + 2], &lo)) return false;
+    *out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return true;
+}
+
+bool valid_name(std::string_view n) {
+  if (n.empty()) return false;
+  for (size_t i = 0; i < n.size(); i++) {
+    char c = n[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+              (i > 0 && c >= '0' && c <= '9');
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string format_value(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+const std::vector<MetricInfo>& metric_catalog() { return kCatalog; }
+
+const MetricInfo* find_metric(std::string_view name) {
+  for (const MetricInfo& m : kCatalog)
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+std::string serialize_snapshot(const MetricsSnapshot& s) {
+  std::string body =
+      "S " + encode(s.source) + " " + std::to_string(static_cast<int64_t>(s.written)) + "\n";
+  for (const MetricSample& m : s.samples) {
+    body += "M " + m.name + " " + format_value(m.value);
+    for (const auto& [k, v] : m.labels) body += " " + k + "=" + encode(v);
+    body += "\n";
+  }
+  return frame_state(kHeader, body, s.samples.size() + 1);
+}
+
+Result<MetricsSnapshot> parse_snapshot(std::string_view text) {
+  using R = Result<MetricsSnapshot>;
+  uint64_t records = 0;
+  auto body = unframe_state(text, kHeader, &records);
+  if (!body.ok()) return R::failure(ErrorCode::kCorrupt, body.error());
+  auto lines = split_lines(body.value());
+  if (!lines || lines->empty()) return R::failure(ErrorCode::kCorrupt, "no source line");
+  MetricsSnapshot s;
+  size_t n = 0;
+  for (std::string_view line : *lines) {
+    n++;
+    auto bad = [&](const std::string& what) {
+      return R::failure(ErrorCode::kCorrupt, "line " + std::to_string(n) + ": " + what);
+    };
+    auto w = split_words(line);
+    if (n == 1) {
+      uint64_t t = 0;
+      if (w.size() != 3 || w[0] != "S" || !decode(w[1], &s.source) || !parse_u64(w[2], &t))
+        return bad("expected 'S <source> <time>'");
+      s.written = static_cast<time_t>(t);
+      continue;
+    }
+    if (w.size() < 3 || w[0] != "M" || !valid_name(w[1])) return bad("expected 'M <name> <value>'");
+    MetricSample m;
+    m.name = std::string(w[1]);
+    std::string v(w[2]);
+    char* end = nullptr;
+    m.value = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end || std::isnan(m.value)) return bad("bad value '" + v + "'");
+    for (size_t i = 3; i < w.size(); i++) {
+      size_t eq = w[i].find('=');
+      std::string val;
+      if (eq == std::string_view::npos || !valid_name(w[i].substr(0, eq)) ||
+          !decode(w[i].substr(eq + 1), &val))
+        return bad("bad label '" + std::string(w[i]) + "'");
+      m.labels.emplace_back(std::string(w[i].substr(0, eq)), std::move(val));
+    }
+    s.samples.push_back(std::move(m));
+  }
+  if (records != n) return R::failure(ErrorCode::kCorrupt, "record count does not match");
+  return s;
+}
+
+std::string snapshot_path(std::string_view dir, std::string_view source) {
+  return std::string(dir) + "/planc_metrics_" + std::string(source);
+}
+
+void IdleCrossings::observe(double idle_share) {
+  for (size_t i = 0; i < kDefaultThresholds.size(); i++) {
+    bool above = idle_share >= kDefaultThresholds[i];
+    if (seen_ && above != above_[i]) counts_[i]++;
+    above_[i] = above;
+  }
+  seen_ = true;
+}
+
+std::string IdleCrossings::threshold_label(size_t i) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.2f", kDefaultThresholds[i]);
+  return buf;
+}
+
+uint64_t PoolUsage::allocated_total() const {
+  uint64_t n = 0;
+  for (uint64_t g : allocated_gpus) n += g;
+  return n;
+}
+
+void add_pool_samples(const PoolUsage& u, const IdleCrossings& idle, MetricsSnapshot* s) {
+  s->samples.push_back({"planc_pool_gpus", {}, static_cast<double>(u.pool_gpus)});
+  for (int t = 0; t < kTierCount; t++) {
+    std::string tier = "P" + std::to_string(t);
+    s->samples.push_back(
+        {"planc_allocated_gpus", {{"tier", tier}}, static_cast<double>(u.allocated_gpus[t])});
+    s->samples.push_back(
+        {"planc_jobs_running", {{"tier", tier}}, static_cast<double>(u.running_jobs[t])});
+  }
+  for (size_t i = 0; i < IdleCrossings::kDefaultThresholds.size(); i++)
+    s->samples.push_back({"planc_idle_threshold_crossings_total",
+                          {{"threshold", IdleCrossings::threshold_label(i)}},
+                          static_cast<double>(idle.crossings(i))});
+}
+
+}  // namespace planc

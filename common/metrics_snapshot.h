@@ -1,0 +1,101 @@
+// Plan C's metrics, as the plugins hand them to planc-exporter.
+//
+// No HTTP server runs inside slurmctld.  Each plugin writes, every few
+// seconds and outside slurmctld's locks, a small checksummed snapshot file
+// <StateSaveLocation>/planc_metrics_<source> (write_file_atomically); the
+// exporter reads the files when Prometheus scrapes it.  A snapshot names
+// its source and when it was written, so a stale one is shown as stale
+// (planc_exporter_source_up 0), never as fresh figures.
+//
+// The catalog below is the one list of the metrics: their names, types and
+// HELP texts (what exactly is counted).  The exporter publishes only
+// cataloged names; `planc-exporter --list-metrics` prints the catalog.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <ctime>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+#include "common/tier.h"
+
+namespace planc {
+
+enum class MetricType : uint8_t { kCounter, kGauge };
+
+struct MetricInfo {
+  std::string_view name;  // planc_..., base units in the name, _total for counters
+  MetricType type;
+  std::string_view labels;  // the label names, comma-separated ("" for none)
+  std::string_view source;  // the snapshot that carries it: "slurmctld", "exporter", ...
+  std::string_view help;
+};
+
+// Every metric Plan C exports, in the order the exporter prints them.
+const std::vector<MetricInfo>& metric_catalog();
+// nullptr if `name` is not cataloged.
+const MetricInfo* find_metric(std::string_view name);
+
+struct MetricSample {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> labels;  // in the catalog's order
+  double value = 0;
+  bool operator==(const MetricSample&) const = default;
+};
+
+struct MetricsSnapshot {
+  std::string source;  // "slurmctld"
+  time_t written = 0;  // when the plugin wrote it (its clock)
+  std::vector<MetricSample> samples;
+  bool operator==(const MetricsSnapshot&) const = default;
+};
+
+// The file's text: framed and checksummed (common/state_file.h).  Label
+// values are percent-encoded outside [A-Za-z0-9_.:+-] (account names are
+// the admins', but a space or '=' must not break a line).
+std::string serialize_snapshot(const MetricsSnapshot& s);
+// kCorrupt with what is wrong: a torn or damaged file, an unknown version,
+// a bad line.  Names are not checked against the catalog here.
+Result<MetricsSnapshot> parse_snapshot(std::string_view text);
+
+// The snapshot file of `source` in a state directory.
+std::string snapshot_path(std::string_view dir, std::string_view source);
+
+// Counts how often the pool's idle share crosses each threshold (5%, 15%
+// and 30% idle by default), in either direction: the capacity-infusion
+// triggers to come, and "flapping" when they cross often.  The first
+// observation only sets the side.
+class IdleCrossings {
+ public:
+  static constexpr std::array<double, 3> kDefaultThresholds = {0.05, 0.15, 0.30};
+  IdleCrossings() = default;
+  // `idle_share` in [0, 1]; a share exactly at a threshold counts as at or
+  // above it.
+  void observe(double idle_share);
+  uint64_t crossings(size_t i) const { return counts_[i]; }
+  static std::string threshold_label(size_t i);  // "0.05"
+
+ private:
+  std::array<uint64_t, 3> counts_{};
+  std::array<bool, 3> above_{};
+  bool seen_ = false;
+};
+
+// What the pool holds now, per tier: jobs running and the GPUs they were
+// allocated (fractional GPUs -- MIG, shards -- counted as Slurm's gres/gpu
+// TRES counts them).
+struct PoolUsage {
+  uint64_t pool_gpus = 0;  // GPUs the nodes have (gres/gpu TRES), up or not
+  std::array<uint64_t, kTierCount> allocated_gpus{};
+  std::array<uint64_t, kTierCount> running_jobs{};
+  uint64_t allocated_total() const;
+};
+
+// The samples of a PoolUsage plus the idle crossings.
+void add_pool_samples(const PoolUsage& u, const IdleCrossings& idle, MetricsSnapshot* s);
+
+}  // namespace planc
