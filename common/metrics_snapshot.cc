@@ -175,6 +175,46 @@ Result<MetricsSnapshot> parse_snapshot(std::string_view text) {
   return s;
 }
 
+std::vector<ExportedMetric> collect_metrics(
+    const std::vector<std::pair<std::string, Result<std::string>>>& reads, time_t now,
+    uint32_t max_age, std::vector<std::string>* problems) {
+  std::map<std::string_view, std::vector<MetricSample>> by_name;
+  for (const auto& [source, text] : reads) {
+    std::string problem;
+    bool up = false;
+    if (!text.ok()) {
+      problem = text.error();
+    } else if (auto snap = parse_snapshot(text.value()); !snap.ok()) {
+      problem = "corrupt snapshot: " + snap.error();
+    } else if (snap.value().source != source) {
+      problem = "the snapshot is " + snap.value().source + "'s, not " + source + "'s";
+    } else {
+      const int64_t age = static_cast<int64_t>(now) - static_cast<int64_t>(snap.value().written);
+      by_name["planc_snapshot_age_seconds"].push_back(
+          {"planc_snapshot_age_seconds", {{"source", source}}, static_cast<double>(age)});
+      if (age > static_cast<int64_t>(max_age)) {
+        problem = "stale: written " + std::to_string(age) + " s ago (--max-age " +
+                  std::to_string(max_age) + ")";
+      } else {
+        up = true;
+        for (const MetricSample& m : snap.value().samples) {
+          const MetricInfo* info = find_metric(m.name);
+          if (info && info->source == source) by_name[info->name].push_back(m);
+        }
+      }
+    }
+    by_name["planc_exporter_source_up"].push_back(
+        {"planc_exporter_source_up", {{"source", source}}, up ? 1.0 : 0.0});
+    if (!up && problems) problems->push_back(source + ": " + problem);
+  }
+  std::vector<ExportedMetric> out;
+  for (const MetricInfo& info : metric_catalog()) {
+    auto it = by_name.find(info.name);
+    if (it != by_name.end()) out.push_back({&info, std::move(it->second)});
+  }
+  return out;
+}
+
 std::string snapshot_path(std::string_view dir, std::string_view source) {
   return std::string(dir) + "/planc_metrics_" + std::string(source);
 }

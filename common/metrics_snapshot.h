@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <ctime>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -61,6 +62,22 @@ std::string serialize_snapshot(const MetricsSnapshot& s);
 // kCorrupt with what is wrong: a torn or damaged file, an unknown version,
 // a bad line.  Names are not checked against the catalog here.
 Result<MetricsSnapshot> parse_snapshot(std::string_view text);
+
+// What the exporter publishes at one scrape, from the snapshot files it
+// just read (`reads`: source name and the file's text or why it could not
+// be read).  A source is up when its snapshot parses, names that source and
+// was written at most `max_age` seconds before `now`; only then are its
+// samples published, and only cataloged names from that source.  Every
+// source gets planc_exporter_source_up; planc_snapshot_age_seconds when
+// the snapshot was readable.  `problems` gets one line per source that is
+// down ("slurmctld: /x: stale: written 95 s ago (--max-age 60)").
+struct ExportedMetric {
+  const MetricInfo* info = nullptr;
+  std::vector<MetricSample> samples;
+};
+std::vector<ExportedMetric> collect_metrics(
+    const std::vector<std::pair<std::string, Result<std::string>>>& reads, time_t now,
+    uint32_t max_age, std::vector<std::string>* problems);
 
 // The snapshot file of `source` in a state directory.
 std::string snapshot_path(std::string_view dir, std::string_view source);

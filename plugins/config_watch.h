@@ -52,14 +52,23 @@ class ConfigWatch {
     stamp_ = s;
     Result<PlancConfig> r = load_config(path_);
     if (!r.ok()) {
-      if (!seen_bad && error) *error = r.error();
+      if (!seen_bad) {
+        refused_++;
+        if (error) *error = r.error();
+      }
       bad_stamp_ = s;
       return nullptr;
     }
     bad_stamp_ = Stamp{};
     current_ = std::make_shared<const PlancConfig>(std::move(r).value());
+    reloaded_++;
     return current_;
   }
+
+  // Changed files put in force, and refused (each version of a bad file
+  // once), since this watch was made.
+  uint64_t reloaded() const { return reloaded_; }
+  uint64_t refused() const { return refused_; }
 
  private:
   struct Stamp {
@@ -76,6 +85,7 @@ class ConfigWatch {
   std::string path_;
   std::shared_ptr<const PlancConfig> current_;
   Stamp stamp_, bad_stamp_;
+  uint64_t reloaded_ = 0, refused_ = 0;
   std::chrono::steady_clock::time_point last_check_{};
 };
 

@@ -236,6 +236,26 @@ void collect_running_spot(const QosTierCache& tiers, int gpu_pos,
   }
 }
 
+PoolUsage pool_usage(const QosTierCache& tiers, int gpu_pos) {
+  PoolUsage u;
+  if (gpu_pos < 0) return u;
+  for (int i = 0; i < node_record_count; i++) {
+    const node_record_t* node = node_record_table_ptr[i];
+    if (node && node->tres_cnt) u.pool_gpus += node->tres_cnt[gpu_pos];
+  }
+  ListIterator it = list_iterator_create(job_list);
+  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
+    if (!IS_JOB_RUNNING(job)) continue;
+    const Tier* t = job_tier(tiers, job);
+    if (!t) continue;
+    const int k = tier_index(t->id);
+    u.running_jobs[k]++;
+    if (job->tres_alloc_cnt) u.allocated_gpus[k] += job->tres_alloc_cnt[gpu_pos];
+  }
+  list_iterator_destroy(it);
+  return u;
+}
+
 int gpu_tres_position() {
   slurmdb_tres_rec_t rec;
   std::memset(&rec, 0, sizeof(rec));

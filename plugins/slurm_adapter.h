@@ -14,6 +14,7 @@
 
 #include "common/billing.h"
 #include "common/config.h"
+#include "common/metrics_snapshot.h"
 #include "common/preempt_policy.h"
 #include "common/preemption_tracker.h"
 #include "common/spot_cap.h"
@@ -108,6 +109,11 @@ std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id);
 void collect_running_spot(const QosTierCache& tiers, int gpu_tres_pos,
                           const std::vector<uint32_t>& tracked,
                           std::vector<RunningSpotJob>* running, std::map<uint32_t, time_t>* ended);
+
+// The pool now: GPUs the nodes have, and per tier (the tier a job runs
+// as) the running jobs and their allocated GPUs.  REQUIRES the job and
+// node read locks.
+PoolUsage pool_usage(const QosTierCache& tiers, int gpu_tres_pos);
 
 // Position of gres/gpu in the jobs' TRES arrays, -1 when not configured.
 // Takes assoc_mgr's TRES read lock; call with no slurmctld lock held.

@@ -18,6 +18,10 @@
 //                       jobcomp/planc's spool.  The worker starts a new
 //                       file each UTC day (fsyncing the old one) and
 //                       removes files past kJournalKeepDays.
+//   metrics snapshot    after each spot sample, the pool's GPUs and jobs
+//                       per tier, idle-threshold crossings, starvation and
+//                       reload counters, for planc-exporter
+//                       (StateSaveLocation/planc_metrics_slurmctld).
 //
 // One worker thread.  It never holds a slurmctld lock across I/O: a scan
 // takes the job read lock, collects the facts and releases it; each change
@@ -75,6 +79,7 @@ std::unique_ptr<planc::QosTierCache> g_tiers;
 planc::Mutex g_shown_mu;
 std::shared_ptr<const planc::PlancConfig> g_shown GUARDED_BY(g_shown_mu);
 std::string g_state_path;
+std::string g_metrics_path;  // StateSaveLocation/planc_metrics_slurmctld
 
 planc::Mutex g_mu;
 std::condition_variable_any g_cv;
@@ -381,20 +386,42 @@ void publish_usage() {
   g_usage = std::move(u);
 }
 
-// Returns the state file's new text when it changed.
-std::string spot_sample(int* gpu_pos, const std::string& last_written) {
+// Returns the state file's new text when it changed.  `*pool` gets the
+// pool's usage, read in the same lock hold.
+std::string spot_sample(int* gpu_pos, const std::string& last_written, planc::PoolUsage* pool) {
   if (*gpu_pos < 0) *gpu_pos = planc::slurm::gpu_tres_position();
   std::vector<planc::RunningSpotJob> running;
   std::map<uint32_t, time_t> ended;
   std::vector<uint32_t> tracked = g_ledger->tracked_ids();
-  slurmctld_lock_t read = job_read_lock();
+  slurmctld_lock_t read = {.job = READ_LOCK, .node = READ_LOCK};
   lock_slurmctld(read);
   planc::slurm::collect_running_spot(*g_tiers, *gpu_pos, tracked, &running, &ended);
+  *pool = planc::slurm::pool_usage(*g_tiers, *gpu_pos);
   unlock_slurmctld(read);
   g_ledger->sample(time(nullptr), running, ended);
   publish_usage();
   std::string text = g_ledger->serialize();
   return text == last_written ? std::string() : text;
+}
+
+// The metrics snapshot planc-exporter reads (common/metrics_snapshot.h),
+// written outside every lock after each sample.
+void write_metrics(const planc::PoolUsage& pool, const planc::IdleCrossings& idle,
+                   const planc::ConfigWatch& watch) {
+  planc::MetricsSnapshot s;
+  s.source = "slurmctld";
+  s.written = time(nullptr);
+  planc::add_pool_samples(pool, idle, &s);
+  s.samples.push_back(
+      {"planc_starvation_upgrades_total", {}, static_cast<double>(g_upgrades.load())});
+  s.samples.push_back(
+      {"planc_starvation_reverts_total", {}, static_cast<double>(g_reverts.load())});
+  s.samples.push_back(
+      {"planc_config_reloads_total", {{"result", "ok"}}, static_cast<double>(watch.reloaded())});
+  s.samples.push_back(
+      {"planc_config_reloads_total", {{"result", "failed"}}, static_cast<double>(watch.refused())});
+  if (auto err = planc::write_file_atomically(g_metrics_path, planc::serialize_snapshot(s)))
+    error("%s: metrics snapshot: %s", plugin_type, err->c_str());
 }
 
 // A changed planc.conf applies from the next sample and scan on.  The spot
@@ -418,6 +445,7 @@ void worker(planc::ConfigWatch watch) {
   int gpu_pos = -1;
   std::string written;
   bool hook_warned = false;
+  planc::IdleCrossings idle;
   planc::MutexLock l(g_mu);
   while (!g_stop) {
     while (!g_stop &&
@@ -436,7 +464,12 @@ void worker(planc::ConfigWatch watch) {
       if (now >= next_sample) {
         next_sample = now + std::chrono::seconds(kSpotSampleSeconds);
         journal_tick(&hook_warned);
-        std::string text = spot_sample(&gpu_pos, written);
+        planc::PoolUsage pool;
+        std::string text = spot_sample(&gpu_pos, written, &pool);
+        if (pool.pool_gpus)
+          idle.observe(1.0 - static_cast<double>(pool.allocated_total()) /
+                                 static_cast<double>(pool.pool_gpus));
+        write_metrics(pool, idle, watch);
         if (!text.empty()) {
           if (auto err = planc::write_file_atomically(g_state_path, text))
             error("%s: %s", plugin_type, err->c_str());
@@ -485,6 +518,7 @@ PLANC_EXPORT int init(void) {
     g_config = planc::slurm::load_plugin_config(plugin_type);
     if (!g_config) return SLURM_ERROR;
     g_state_path = planc::slurm::state_file_path(kStateFile);
+    g_metrics_path = planc::slurm::state_file_path("planc_metrics_slurmctld");
     g_tiers = std::make_unique<planc::QosTierCache>(g_config->tiers);
     {
       planc::MutexLock l(g_shown_mu);

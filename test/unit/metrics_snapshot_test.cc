@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <regex>
 #include <set>
 
@@ -79,6 +80,59 @@ TEST(PoolSamplesTest, EveryTierAndThresholdHasASample) {
   EXPECT_EQ(s.samples[0], (MetricSample{"planc_pool_gpus", {}, 32}));
   EXPECT_EQ(s.samples[7], (MetricSample{"planc_allocated_gpus", {{"tier", "P3"}}, 4}));
   for (const MetricSample& m : s.samples) EXPECT_NE(find_metric(m.name), nullptr) << m.name;
+}
+
+using Reads = std::vector<std::pair<std::string, Result<std::string>>>;
+
+std::map<std::string, std::vector<MetricSample>> by_name(const std::vector<ExportedMetric>& m) {
+  std::map<std::string, std::vector<MetricSample>> out;
+  for (const ExportedMetric& e : m) out[std::string(e.info->name)] = e.samples;
+  return out;
+}
+
+TEST(CollectMetricsTest, FreshSourceIsUpWithItsCatalogedSamplesOnly) {
+  MetricsSnapshot s = sample();  // planc_x is not cataloged: left out
+  Reads reads;
+  reads.emplace_back("slurmctld", serialize_snapshot(s));
+  std::vector<std::string> problems;
+  auto m = by_name(collect_metrics(reads, s.written + 60, 60, &problems));
+  EXPECT_TRUE(problems.empty());
+  EXPECT_EQ(
+      m["planc_exporter_source_up"],
+      (std::vector<MetricSample>{{"planc_exporter_source_up", {{"source", "slurmctld"}}, 1}}));
+  EXPECT_EQ(m["planc_snapshot_age_seconds"][0].value, 60);
+  EXPECT_EQ(m["planc_pool_gpus"][0].value, 32);
+  EXPECT_EQ(m["planc_allocated_gpus"][0].value, 0.5);
+  EXPECT_EQ(m.count("planc_x"), 0u);
+}
+
+TEST(CollectMetricsTest, MissingCorruptStaleOrForeignSourcesAreDownWithoutFigures) {
+  MetricsSnapshot s = sample();
+  std::string good = serialize_snapshot(s);
+  MetricsSnapshot other = s;
+  other.source = "preempt";
+  Reads reads;
+  reads.emplace_back("slurmctld", good);  // stale at written + 61
+  reads.emplace_back("preempt",
+                     Result<std::string>::failure(ErrorCode::kNotFound,
+                                                  "cannot open /s/planc_metrics_preempt: "
+                                                  "No such file or directory"));
+  reads.emplace_back("jobcomp", good.substr(0, good.size() - 2));
+  reads.emplace_back("job_submit", serialize_snapshot(other));
+  std::vector<std::string> problems;
+  auto m = by_name(collect_metrics(reads, s.written + 61, 60, &problems));
+  for (const MetricSample& up : m["planc_exporter_source_up"])
+    EXPECT_EQ(up.value, 0) << up.labels[0].second;
+  EXPECT_EQ(m["planc_exporter_source_up"].size(), 4u);
+  EXPECT_EQ(m.count("planc_pool_gpus"), 0u) << "a stale figure is never shown as current";
+  // The age is shown where the file could be read.
+  EXPECT_EQ(m["planc_snapshot_age_seconds"].size(), 1u);
+  ASSERT_EQ(problems.size(), 4u);
+  EXPECT_EQ(problems[0], "slurmctld: stale: written 61 s ago (--max-age 60)");
+  EXPECT_EQ(problems[1],
+            "preempt: cannot open /s/planc_metrics_preempt: No such file or directory");
+  EXPECT_EQ(problems[2].rfind("jobcomp: corrupt snapshot: ", 0), 0u) << problems[2];
+  EXPECT_EQ(problems[3], "job_submit: the snapshot is preempt's, not job_submit's");
 }
 
 TEST(MetricCatalogTest, NamesFollowPrometheusConventions) {

@@ -1,0 +1,149 @@
+"""planc-exporter on the private cluster: the pool's GPUs and jobs per tier as
+Prometheus reads them, from the snapshot slurmctld/planc writes; a source
+that is missing, corrupt or stale is down, never shown as current."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import urllib.request
+
+import pytest
+
+from conftest import ROOT
+
+EXPORTER = os.path.join(ROOT, "planc-exporter")
+SAMPLE = re.compile(r'^(planc_[a-z0-9_]+)(\{[^}]*\})? (\S+)$')
+
+
+@pytest.fixture
+def c(cluster):
+    if not os.access(EXPORTER, os.X_OK):
+        pytest.fail(f"{EXPORTER} was not built: install prometheus-cpp-dev and run configure again")
+    cluster.cancel_all()
+    cluster.state_dir = os.path.join(cluster.dir, "state", "ctld")
+    yield cluster
+    cluster.cancel_all()
+
+
+def parse(text):
+    """{(name, '{labels}'): value} of a /metrics text."""
+    out = {}
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if m:
+            out[(m.group(1), m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+def once(state_dir, *args):
+    return subprocess.run([EXPORTER, "--once", "--state-dir", state_dir, *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+def metrics(c):
+    p = once(c.state_dir)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return parse(p.stdout)
+
+
+def submit(c, user, account, qos, gpus):
+    jobid, p = c.sbatch("-A", account, f"--qos={qos}", f"--gres=gpu:{gpus}", "--wrap", "sleep 300",
+                        user=user)
+    assert jobid, p.stderr
+    return jobid
+
+
+def test_pool_and_tiers_as_prometheus_reads_them(c):
+    c.wait_for("slurmctld/planc's snapshot",
+               lambda: os.path.exists(os.path.join(c.state_dir, "planc_metrics_slurmctld")))
+    p0 = submit(c, "pcalice", "acct-lease", "p0-lease", 8)
+    p3 = submit(c, "pcbob", "acct-spot", "p3-spot", 4)
+    c.wait_for("the jobs to run", lambda: all(c.state(j) == "RUNNING" for j in (p0, p3)))
+    # The next sample after they run (every 5 s) shows them.
+    want = {("planc_allocated_gpus", '{tier="P0"}'): 8.0,
+            ("planc_allocated_gpus", '{tier="P3"}'): 4.0,
+            ("planc_jobs_running", '{tier="P0"}'): 1.0,
+            ("planc_jobs_running", '{tier="P3"}'): 1.0,
+            ("planc_allocated_gpus", '{tier="P2"}'): 0.0}
+    m = c.wait_for("the exporter to show the running jobs",
+                   lambda: (lambda m: m if all(m.get(k) == v for k, v in want.items()) else None)(
+                       metrics(c)), timeout=30)
+    assert m[("planc_pool_gpus", "")] == 32.0  # 4 nodes x 8 GPUs
+    assert m[("planc_exporter_source_up", '{source="slurmctld"}')] == 1.0
+    assert 0 <= m[("planc_snapshot_age_seconds", '{source="slurmctld"}')] <= 60
+    # Utilisation went from idle (100%) to 12/32 used (62.5% idle): no
+    # threshold crossed.  Filling to 30 of 32 (6.25% idle: 8 + 8 + 2 GPUs of
+    # P2 on the free room, no preemption) crosses 30% and 15%, not 5%.
+    before = {t: m[("planc_idle_threshold_crossings_total", f'{{threshold="{t}"}}')]
+              for t in ("0.05", "0.15", "0.30")}
+    more = [submit(c, "pcbob", "acct-spot", "p2-spot", g) for g in (8, 8, 2)]
+    c.wait_for("the P2 jobs to run", lambda: all(c.state(j) == "RUNNING" for j in more))
+    m = c.wait_for("the crossings to be counted",
+                   lambda: (lambda m: m if m.get(("planc_allocated_gpus", '{tier="P2"}')) == 18.0
+                            else None)(metrics(c)), timeout=30)
+    after = {t: m[("planc_idle_threshold_crossings_total", f'{{threshold="{t}"}}')]
+             for t in ("0.05", "0.15", "0.30")}
+    assert after == {"0.05": before["0.05"], "0.15": before["0.15"] + 1,
+                     "0.30": before["0.30"] + 1}, (before, after)
+
+    # The same through HTTP, as Prometheus scrapes it, with HELP and TYPE.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{port}", "--state-dir",
+                               c.state_dir], stderr=subprocess.PIPE, text=True)
+    try:
+        def scrape():
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+            except OSError:
+                return None
+        body = c.wait_for("the exporter to serve /metrics", scrape, timeout=30).decode()
+        assert "# TYPE planc_idle_threshold_crossings_total counter" in body
+        assert "# HELP planc_allocated_gpus GPUs allocated to running jobs of the tier" in body
+        assert parse(body)[("planc_allocated_gpus", '{tier="P0"}')] == 8.0
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 0 and "stopping on SIGTERM" in err, err
+
+
+def test_missing_corrupt_and_stale_snapshots_are_down_not_current(c):
+    c.wait_for("slurmctld/planc's snapshot",
+               lambda: os.path.exists(os.path.join(c.state_dir, "planc_metrics_slurmctld")))
+    with tempfile.TemporaryDirectory() as d:
+        # Missing: a source named that no plugin writes.
+        p = once(c.state_dir, "--sources", "slurmctld,nosuch")
+        assert p.returncode == 3, p.stdout + p.stderr
+        m = parse(p.stdout)
+        assert m[("planc_exporter_source_up", '{source="nosuch"}')] == 0.0
+        assert m[("planc_exporter_source_up", '{source="slurmctld"}')] == 1.0
+        assert "source down: nosuch: cannot open " in p.stderr, p.stderr
+        # Corrupt: a copy with one byte changed.
+        path = os.path.join(d, "planc_metrics_slurmctld")
+        shutil.copy(os.path.join(c.state_dir, "planc_metrics_slurmctld"), path)
+        data = bytearray(open(path, "rb").read())
+        data[data.index(b"planc_pool_gpus") + 16] ^= 1
+        open(path, "wb").write(bytes(data))
+        p = once(d)
+        assert p.returncode == 3
+        m = parse(p.stdout)
+        assert m[("planc_exporter_source_up", '{source="slurmctld"}')] == 0.0
+        assert ("planc_pool_gpus", "") not in m
+        assert "source down: slurmctld: corrupt snapshot: " in p.stderr, p.stderr
+        # Stale: a good copy no plugin rewrites, older than --max-age.
+        shutil.copy(os.path.join(c.state_dir, "planc_metrics_slurmctld"), path)
+        p = c.wait_for("the copy to be older than --max-age 1",
+                       lambda: (lambda p: p if p.returncode == 3 else None)(
+                           once(d, "--max-age", "1")), timeout=30)
+        m = parse(p.stdout)
+        assert m[("planc_exporter_source_up", '{source="slurmctld"}')] == 0.0
+        assert ("planc_pool_gpus", "") not in m
+        assert m[("planc_snapshot_age_seconds", '{source="slurmctld"}')] >= 2
+        assert re.search(r"source down: slurmctld: stale: written \d+ s ago \(--max-age 1\)",
+                         p.stderr), p.stderr
+    bad = subprocess.run([EXPORTER, "--max-age", "soon"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert "--max-age 'soon': give a whole number of seconds, 1 to 86400" in bad.stderr
