@@ -41,6 +41,17 @@ const std::vector<MetricInfo> kCatalog = {
     {"planc_starvation_reverts_total", T::kCounter, "", "slurmctld",
      "Free attempts that ended by requeue and went back to their own tier, since slurmctld "
      "started."},
+    {"planc_preemptions_total", T::kCounter, "tier", "preempt",
+     "Preemptions started (SIGTERM and grace, or requeue or cancel at once), by the victim's "
+     "tier, since slurmctld started; one called off before its grace ended is included."},
+    {"planc_preemptions_per_job_24h_max", T::kGauge, "tier", "preempt",
+     "The most preemptions any one job of the tier has within the per-job cap's window "
+     "(PreemptWindow, 24 h by default)."},
+    {"planc_preempted_jobs_24h", T::kGauge, "tier,preemptions", "preempt",
+     "Jobs of the tier with that many preemptions (1, 2, 3, 4, 5+) within the per-job cap's "
+     "window (PreemptWindow, 24 h by default)."},
+    {"planc_preempt_ledger_jobs", T::kGauge, "", "preempt",
+     "Jobs the per-job preemption cap's ledger holds (preempted within the window)."},
     {"planc_config_reloads_total", T::kCounter, "result", "slurmctld",
      "planc.conf changes slurmctld/planc saw: result=\"ok\" put in force, result=\"failed\" "
      "refused (the previous file stays in force; the log names the line)."},
@@ -173,6 +184,34 @@ Result<MetricsSnapshot> parse_snapshot(std::string_view text) {
   }
   if (records != n) return R::failure(ErrorCode::kCorrupt, "record count does not match");
   return s;
+}
+
+void add_preemption_samples(const std::array<uint64_t, kTierCount>& started,
+                            const std::vector<std::pair<TierId, uint32_t>>& per_job,
+                            size_t ledger_jobs, MetricsSnapshot* s) {
+  constexpr size_t kBuckets = 5;  // 1, 2, 3, 4, 5+
+  std::array<uint32_t, kTierCount> most{};
+  std::array<std::array<uint64_t, kBuckets>, kTierCount> jobs{};
+  for (const auto& [tier, n] : per_job) {
+    if (!n) continue;
+    const int t = tier_index(tier);
+    most[t] = std::max(most[t], n);
+    jobs[t][std::min<size_t>(n, kBuckets) - 1]++;
+  }
+  for (int t = 0; t < kTierCount; t++) {
+    const std::string tier = "P" + std::to_string(t);
+    s->samples.push_back(
+        {"planc_preemptions_total", {{"tier", tier}}, static_cast<double>(started[t])});
+    s->samples.push_back(
+        {"planc_preemptions_per_job_24h_max", {{"tier", tier}}, static_cast<double>(most[t])});
+    for (size_t b = 0; b < kBuckets; b++)
+      s->samples.push_back(
+          {"planc_preempted_jobs_24h",
+           {{"tier", tier},
+            {"preemptions", std::to_string(b + 1) + (b + 1 == kBuckets ? "+" : "")}},
+           static_cast<double>(jobs[t][b])});
+  }
+  s->samples.push_back({"planc_preempt_ledger_jobs", {}, static_cast<double>(ledger_jobs)});
 }
 
 std::vector<ExportedMetric> collect_metrics(

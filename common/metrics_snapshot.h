@@ -63,6 +63,15 @@ std::string serialize_snapshot(const MetricsSnapshot& s);
 // a bad line.  Names are not checked against the catalog here.
 Result<MetricsSnapshot> parse_snapshot(std::string_view text);
 
+// preempt/planc's samples: preemptions started per victim tier since
+// slurmctld started (`started`, indexed by tier), and per job in the
+// ledger its tier and its preemptions within the cap's window
+// (PreemptWindow, 24 h): the most any one job has per tier, and how many
+// jobs have 1, 2, 3, 4 and 5 or more.
+void add_preemption_samples(const std::array<uint64_t, kTierCount>& started,
+                            const std::vector<std::pair<TierId, uint32_t>>& per_job,
+                            size_t ledger_jobs, MetricsSnapshot* s);
+
 // What the exporter publishes at one scrape, from the snapshot files it
 // just read (`reads`: source name and the file's text or why it could not
 // be read).  A source is up when its snapshot parses, names that source and

@@ -51,9 +51,13 @@ struct Plugin {
   std::vector<std::unique_ptr<Policy>> policies;  // worker only (and fini)
   planc::ConfigWatch watch;                       // worker only
   const std::string state_path;
+  // The metrics snapshot for planc-exporter (common/metrics_snapshot.h).
+  const std::string metrics_path = planc::slurm::state_file_path("planc_metrics_preempt");
 
   planc::Mutex mu;
   planc::PreemptionTracker tracker GUARDED_BY(mu);
+  // Preemptions started since slurmctld started, by the victim's tier.
+  std::array<uint64_t, planc::kTierCount> preemptions_started GUARDED_BY(mu){};
   // SIGKILL orders of graceless victims, captured when they are preempted
   // (their node list is gone once Slurm requeues them).
   std::map<uint32_t, planc::slurm::JobSignal> kill_orders GUARDED_BY(mu);

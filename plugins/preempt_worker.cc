@@ -28,6 +28,8 @@ constexpr auto kStateWriteInterval = std::chrono::seconds(1);
 // robbed preemptor waits costs a scheduling pass.
 constexpr auto kBusyTick = std::chrono::milliseconds(200);
 constexpr auto kIdleTick = std::chrono::milliseconds(5000);
+// How often the metrics snapshot is written (the idle tick's pace).
+constexpr auto kMetricsInterval = std::chrono::seconds(5);
 
 planc::TimeMs now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
@@ -190,11 +192,42 @@ void forget_ended_jobs(Plugin& p) {
   p.in_ledger.rebuild(p.tracker.ledger().job_ids());
 }
 
+// The metrics snapshot: the ledger's counts under mu, the jobs' tiers
+// under the job read lock, the file written outside every lock.
+void write_metrics(Plugin& p) {
+  std::vector<uint32_t> ids;
+  std::vector<uint32_t> counts;
+  std::array<uint64_t, planc::kTierCount> started;
+  const time_t now = time(nullptr);
+  {
+    planc::MutexLock l(p.mu);
+    const planc::PreemptLedger& ledger = p.tracker.ledger();
+    ids = ledger.job_ids();
+    for (uint32_t id : ids) counts.push_back(ledger.count_in_window(id, now));
+    started = p.preemptions_started;
+  }
+  slurmctld_lock_t job_read = {.job = READ_LOCK};
+  lock_slurmctld(job_read);
+  auto tiers = planc::slurm::tiers_of(policy(p).tiers, ids);
+  unlock_slurmctld(job_read);
+  std::vector<std::pair<planc::TierId, uint32_t>> per_job;
+  for (size_t i = 0; i < ids.size(); i++)
+    if (auto it = tiers.find(ids[i]); it != tiers.end())
+      per_job.emplace_back(it->second, counts[i]);
+  planc::MetricsSnapshot s;
+  s.source = "preempt";
+  s.written = now;
+  planc::add_preemption_samples(started, per_job, ids.size(), &s);
+  if (auto err = planc::write_file_atomically(p.metrics_path, planc::serialize_snapshot(s)))
+    error("%s: metrics snapshot: %s", plugin_type, err->c_str());
+}
+
 }  // namespace
 
 void run_worker(Plugin* pp) {
   Plugin& p = *pp;
   time_t last_sweep = time(nullptr);
+  auto last_metrics = std::chrono::steady_clock::now() - kMetricsInterval;
   auto last_write = std::chrono::steady_clock::now() - kStateWriteInterval;
   planc::MutexLock l(p.mu);
   while (!p.stop) {
@@ -228,6 +261,12 @@ void run_worker(Plugin* pp) {
         carry_out(p, actions);
         l.lock();
       }
+    }
+    if (std::chrono::steady_clock::now() - last_metrics >= kMetricsInterval) {
+      l.unlock();
+      write_metrics(p);
+      last_metrics = std::chrono::steady_clock::now();
+      l.lock();
     }
     if (time(nullptr) - last_sweep >= 60) {
       l.unlock();
@@ -278,6 +317,7 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
   {
     planc::MutexLock l(p.mu);
     e = p.tracker.start(e, now_ms());
+    p.preemptions_started[planc::tier_index(victim->id)]++;
     p.in_ledger.add(job->job_id);
     if (kill) p.kill_orders[job->job_id] = std::move(*kill);
     wake = e.grace_seconds || p.worker_idle;

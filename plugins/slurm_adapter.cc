@@ -256,6 +256,13 @@ PoolUsage pool_usage(const QosTierCache& tiers, int gpu_pos) {
   return u;
 }
 
+std::map<uint32_t, TierId> tiers_of(const QosTierCache& tiers, const std::vector<uint32_t>& ids) {
+  std::map<uint32_t, TierId> out;
+  for (uint32_t id : ids)
+    if (const Tier* t = job_tier(tiers, find_job_record(id))) out[id] = t->id;
+  return out;
+}
+
 int gpu_tres_position() {
   slurmdb_tres_rec_t rec;
   std::memset(&rec, 0, sizeof(rec));

@@ -115,6 +115,10 @@ void collect_running_spot(const QosTierCache& tiers, int gpu_tres_pos,
 // node read locks.
 PoolUsage pool_usage(const QosTierCache& tiers, int gpu_tres_pos);
 
+// The tier each of `ids` runs as now; jobs Slurm no longer knows, or in
+// no tier, are left out.  REQUIRES the job read lock.
+std::map<uint32_t, TierId> tiers_of(const QosTierCache& tiers, const std::vector<uint32_t>& ids);
+
 // Position of gres/gpu in the jobs' TRES arrays, -1 when not configured.
 // Takes assoc_mgr's TRES read lock; call with no slurmctld lock held.
 int gpu_tres_position();

@@ -27,6 +27,13 @@ def c(cluster):
     cluster.cancel_all()
 
 
+def wait_snapshots(c):
+    """Both plugins write theirs every 5 s once slurmctld has loaded its jobs."""
+    for source in ("slurmctld", "preempt"):
+        c.wait_for(f"{source}'s metrics snapshot", lambda: os.path.exists(
+            os.path.join(c.state_dir, f"planc_metrics_{source}")), timeout=30)
+
+
 def parse(text):
     """{(name, '{labels}'): value} of a /metrics text."""
     out = {}
@@ -56,8 +63,7 @@ def submit(c, user, account, qos, gpus):
 
 
 def test_pool_and_tiers_as_prometheus_reads_them(c):
-    c.wait_for("slurmctld/planc's snapshot",
-               lambda: os.path.exists(os.path.join(c.state_dir, "planc_metrics_slurmctld")))
+    wait_snapshots(c)
     p0 = submit(c, "pcalice", "acct-lease", "p0-lease", 8)
     p3 = submit(c, "pcbob", "acct-spot", "p3-spot", 4)
     c.wait_for("the jobs to run", lambda: all(c.state(j) == "RUNNING" for j in (p0, p3)))
@@ -110,12 +116,29 @@ def test_pool_and_tiers_as_prometheus_reads_them(c):
     assert server.returncode == 0 and "stopping on SIGTERM" in err, err
 
 
+def test_preemptions_per_tier_and_per_job(c):
+    wait_snapshots(c)
+    m = metrics(c)
+    assert m[("planc_exporter_source_up", '{source="preempt"}')] == 1.0
+    before = m[("planc_preemptions_total", '{tier="P3"}')]
+    fillers = [submit(c, "pcbob", "acct-spot", "p3-spot", 8) for _ in range(4)]
+    c.wait_for("the P3 jobs to run", lambda: all(c.state(j) == "RUNNING" for j in fillers))
+    p0 = submit(c, "pcalice", "acct-lease", "p0-lease", 8)
+    c.wait_for("the P0 job to run", lambda: c.state(p0) == "RUNNING", timeout=60)
+    m = c.wait_for("the preemption in the snapshot",
+                   lambda: (lambda m: m if m.get(("planc_preemptions_total", '{tier="P3"}'))
+                            == before + 1 else None)(metrics(c)), timeout=30)
+    assert m[("planc_preemptions_total", '{tier="P2"}')] == 0.0
+    assert m[("planc_preemptions_per_job_24h_max", '{tier="P3"}')] >= 1.0
+    assert m[("planc_preempted_jobs_24h", '{tier="P3",preemptions="1"}')] >= 1.0
+    assert m[("planc_preempt_ledger_jobs", "")] >= 1.0
+
+
 def test_missing_corrupt_and_stale_snapshots_are_down_not_current(c):
-    c.wait_for("slurmctld/planc's snapshot",
-               lambda: os.path.exists(os.path.join(c.state_dir, "planc_metrics_slurmctld")))
+    wait_snapshots(c)
     with tempfile.TemporaryDirectory() as d:
         # Missing: a source named that no plugin writes.
-        p = once(c.state_dir, "--sources", "slurmctld,nosuch")
+        p = once(c.state_dir, "--sources", "slurmctld,preempt,nosuch")
         assert p.returncode == 3, p.stdout + p.stderr
         m = parse(p.stdout)
         assert m[("planc_exporter_source_up", '{source="nosuch"}')] == 0.0
@@ -127,7 +150,7 @@ def test_missing_corrupt_and_stale_snapshots_are_down_not_current(c):
         data = bytearray(open(path, "rb").read())
         data[data.index(b"planc_pool_gpus") + 16] ^= 1
         open(path, "wb").write(bytes(data))
-        p = once(d)
+        p = once(d, "--sources", "slurmctld")
         assert p.returncode == 3
         m = parse(p.stdout)
         assert m[("planc_exporter_source_up", '{source="slurmctld"}')] == 0.0
@@ -137,7 +160,7 @@ def test_missing_corrupt_and_stale_snapshots_are_down_not_current(c):
         shutil.copy(os.path.join(c.state_dir, "planc_metrics_slurmctld"), path)
         p = c.wait_for("the copy to be older than --max-age 1",
                        lambda: (lambda p: p if p.returncode == 3 else None)(
-                           once(d, "--max-age", "1")), timeout=30)
+                           once(d, "--sources", "slurmctld", "--max-age", "1")), timeout=30)
         m = parse(p.stdout)
         assert m[("planc_exporter_source_up", '{source="slurmctld"}')] == 0.0
         assert ("planc_pool_gpus", "") not in m

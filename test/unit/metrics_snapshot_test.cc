@@ -82,6 +82,31 @@ TEST(PoolSamplesTest, EveryTierAndThresholdHasASample) {
   for (const MetricSample& m : s.samples) EXPECT_NE(find_metric(m.name), nullptr) << m.name;
 }
 
+TEST(PreemptionSamplesTest, MostPerJobAndHowManyJobsPerCount) {
+  MetricsSnapshot s;
+  add_preemption_samples(
+      {0, 0, 7, 12},
+      {{TierId::kP2, 1}, {TierId::kP2, 3}, {TierId::kP2, 3}, {TierId::kP3, 6}, {TierId::kP3, 0}}, 5,
+      &s);
+  std::map<std::string, double> v;
+  for (const MetricSample& m : s.samples) {
+    std::string key = m.name;
+    for (const auto& [k, val] : m.labels) key += " " + k + "=" + val;
+    v[key] = m.value;
+    EXPECT_NE(find_metric(m.name), nullptr) << m.name;
+  }
+  EXPECT_EQ(v["planc_preemptions_total tier=P2"], 7);
+  EXPECT_EQ(v["planc_preemptions_total tier=P3"], 12);
+  EXPECT_EQ(v["planc_preemptions_per_job_24h_max tier=P2"], 3);
+  EXPECT_EQ(v["planc_preemptions_per_job_24h_max tier=P3"], 6);
+  EXPECT_EQ(v["planc_preemptions_per_job_24h_max tier=P0"], 0);
+  EXPECT_EQ(v["planc_preempted_jobs_24h tier=P2 preemptions=1"], 1);
+  EXPECT_EQ(v["planc_preempted_jobs_24h tier=P2 preemptions=3"], 2);
+  EXPECT_EQ(v["planc_preempted_jobs_24h tier=P3 preemptions=5+"], 1);
+  EXPECT_EQ(v["planc_preempted_jobs_24h tier=P3 preemptions=1"], 0) << "0 in the window: none";
+  EXPECT_EQ(v["planc_preempt_ledger_jobs"], 5);
+}
+
 using Reads = std::vector<std::pair<std::string, Result<std::string>>>;
 
 std::map<std::string, std::vector<MetricSample>> by_name(const std::vector<ExportedMetric>& m) {
