@@ -52,6 +52,27 @@ const std::vector<MetricInfo> kCatalog = {
      "window (PreemptWindow, 24 h by default)."},
     {"planc_preempt_ledger_jobs", T::kGauge, "", "preempt",
      "Jobs the per-job preemption cap's ledger holds (preempted within the window)."},
+    {"planc_run_segments_ended_total", T::kCounter, "tier", "jobcomp",
+     "Run segments that ended (completed, failed, cancelled, preempted, requeued or resized: "
+     "each a bill), by the tier they ran as, since slurmctld started; counted when jobcomp "
+     "sees the end, before the bill is stored."},
+    {"planc_run_segment_seconds_total", T::kCounter, "tier", "jobcomp",
+     "Sum of the lengths (end - start, seconds) of the run segments counted in "
+     "planc_run_segments_ended_total; the mean run time is the ratio of their increases."},
+    {"planc_bills_written_total", T::kCounter, "", "jobcomp",
+     "Bills PostgreSQL stored that it did not have yet, since slurmctld started."},
+    {"planc_bills_rejected_total", T::kCounter, "", "jobcomp",
+     "Bills PostgreSQL refused for their data (a constraint), set aside in <spool "
+     "file>.rejected for planc-bill reconcile --fill."},
+    {"planc_database_errors_total", T::kCounter, "", "jobcomp",
+     "Attempts to store a spool file that failed (PostgreSQL unreachable or failing); the "
+     "file is kept and tried again."},
+    {"planc_spool_backlog_records", T::kGauge, "", "jobcomp",
+     "Run segments recorded in the spool and not yet taken out by the bill writer (stored, "
+     "set aside or skipped as damaged)."},
+    {"planc_spool_oldest_record_age_seconds", T::kGauge, "", "jobcomp",
+     "Seconds since the oldest spool file still waiting to be stored was started (0 when none "
+     "waits): how late the bills are at most."},
     {"planc_config_reloads_total", T::kCounter, "result", "slurmctld",
      "planc.conf changes slurmctld/planc saw: result=\"ok\" put in force, result=\"failed\" "
      "refused (the previous file stays in force; the log names the line)."},
@@ -212,6 +233,25 @@ void add_preemption_samples(const std::array<uint64_t, kTierCount>& started,
            static_cast<double>(jobs[t][b])});
   }
   s->samples.push_back({"planc_preempt_ledger_jobs", {}, static_cast<double>(ledger_jobs)});
+}
+
+void add_billing_samples(const BillingCounters& b, MetricsSnapshot* s) {
+  for (int t = 0; t < kTierCount; t++) {
+    const std::string tier = "P" + std::to_string(t);
+    s->samples.push_back({"planc_run_segments_ended_total",
+                          {{"tier", tier}},
+                          static_cast<double>(b.segments_ended[t])});
+    s->samples.push_back({"planc_run_segment_seconds_total",
+                          {{"tier", tier}},
+                          static_cast<double>(b.segment_seconds[t])});
+  }
+  s->samples.push_back({"planc_bills_written_total", {}, static_cast<double>(b.bills_written)});
+  s->samples.push_back({"planc_bills_rejected_total", {}, static_cast<double>(b.bills_rejected)});
+  s->samples.push_back({"planc_database_errors_total", {}, static_cast<double>(b.database_errors)});
+  s->samples.push_back({"planc_spool_backlog_records", {}, static_cast<double>(b.backlog_records)});
+  s->samples.push_back({"planc_spool_oldest_record_age_seconds",
+                        {},
+                        static_cast<double>(b.backlog_records ? b.oldest_backlog_age : 0)});
 }
 
 std::vector<ExportedMetric> collect_metrics(

@@ -72,6 +72,20 @@ void add_preemption_samples(const std::array<uint64_t, kTierCount>& started,
                             const std::vector<std::pair<TierId, uint32_t>>& per_job,
                             size_t ledger_jobs, MetricsSnapshot* s);
 
+// jobcomp/planc's samples.  Run segments are counted as jobcomp sees them
+// end (before they are billed), by tier; the spool's backlog is what has
+// been recorded and not yet taken out by the bill writer.
+struct BillingCounters {
+  std::array<uint64_t, kTierCount> segments_ended{};
+  std::array<uint64_t, kTierCount> segment_seconds{};
+  uint64_t bills_written = 0;    // new bills PostgreSQL stored
+  uint64_t bills_rejected = 0;   // refused by PostgreSQL for their data, set aside
+  uint64_t database_errors = 0;  // attempts to store a spool file that failed
+  uint64_t backlog_records = 0;
+  int64_t oldest_backlog_age = 0;  // seconds; 0 when the backlog is empty
+};
+void add_billing_samples(const BillingCounters& b, MetricsSnapshot* s);
+
 // What the exporter publishes at one scrape, from the snapshot files it
 // just read (`reads`: source name and the file's text or why it could not
 // be read).  A source is up when its snapshot parses, names that source and

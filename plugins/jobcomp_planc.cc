@@ -27,6 +27,7 @@
 #include "plugins/slurm_compat.h"
 
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -34,6 +35,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -41,7 +43,9 @@
 
 #include "common/bill_store.h"
 #include "common/billing.h"
+#include "common/metrics_snapshot.h"
 #include "common/spool.h"
+#include "common/state_file.h"
 #include "plugins/mutex.h"
 #include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter.h"
@@ -57,6 +61,7 @@ using planc::Bill;
 using planc::Segment;
 
 constexpr size_t kBatch = 5000;  // bills per transaction
+constexpr auto kMetricsInterval = std::chrono::seconds(5);
 
 bool g_in_ctld = false;
 // The prices bills are made with: only the worker reads it, and swaps in a
@@ -81,17 +86,27 @@ std::unique_ptr<planc::Spool> g_spool;
 // planc.conf (or before SpoolDir was set) left there are replayed too.
 std::unique_ptr<planc::Spool> g_default_spool;
 std::string g_spool_setting;  // SpoolDir as planc.conf had it at start
+std::string g_metrics_path;   // StateSaveLocation/planc_metrics_jobcomp
 
 // The append side.  log_record holds g_spool_mu around one write(2) only;
 // the worker around swapping files, never across an open, fsync or close.
 planc::Mutex g_spool_mu;
 planc::RecordAppender g_appender GUARDED_BY(g_spool_mu);
-uint64_t g_seq GUARDED_BY(g_spool_mu) = 0;  // number of g_appender's file
+uint64_t g_seq GUARDED_BY(g_spool_mu) = 0;   // number of g_appender's file
+time_t g_opened GUARDED_BY(g_spool_mu) = 0;  // when g_appender's file was started
+// For the metrics snapshot: run segments ended per QoS (count, seconds),
+// and segments appended, since slurmctld started.
+struct RunCount {
+  uint64_t segments = 0, seconds = 0;
+};
+std::map<std::string, RunCount> g_runs_by_qos GUARDED_BY(g_spool_mu);
+uint64_t g_appended GUARDED_BY(g_spool_mu) = 0;
 
 // A closed spool file waiting to be stored (worker only).
 struct PendingFile {
   const planc::Spool* spool;
   uint64_t seq;
+  time_t since;  // when its first record was written, at the latest
 };
 
 // preempt/planc's completion hook (plugins/planc_shared.h), looked up on
@@ -115,10 +130,11 @@ bool g_reconfigured GUARDED_BY(g_mu) = false;
 std::thread* g_worker = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
 
 // Closes the current spool file and starts the next; returns the closed
-// file's number, or 0 when it was empty and stays current.  The new file
-// is created and the old one fsynced and closed outside g_spool_mu, so
-// log_record never waits for the disk.
-uint64_t rotate() {
+// file's number (and when it was started in *opened), or 0 when it was
+// empty and stays current.  The new file is created and the old one
+// fsynced and closed outside g_spool_mu, so log_record never waits for the
+// disk.
+uint64_t rotate(time_t* opened) {
   uint64_t next_seq;
   {
     planc::MutexLock l(g_spool_mu);
@@ -138,6 +154,8 @@ uint64_t rotate() {
     old = g_appender.replace(std::move(next).value());
     old_seq = g_seq;
     g_seq = next_seq;
+    *opened = g_opened;
+    g_opened = time(nullptr);
     retry = g_appender.take_waiting();
   }
   // Records whose write failed earlier (disk full) go to the closed file.
@@ -169,7 +187,8 @@ Bill price(Segment s) {
 
 // Stores one closed spool file and says what happened.  false: PostgreSQL
 // (or the disk) failed, *problem says why; the file stays for the next try.
-bool store_file(planc::BillStore& store, const PendingFile& f, std::string* problem) {
+bool store_file(planc::BillStore& store, const PendingFile& f, std::string* problem,
+                planc::BillingCounters* counts, uint64_t* processed) {
   // PostgreSQL's answer decides (common/bill_store.h): kRefused bills are
   // set aside, anything else keeps the file for the next try.
   auto write = [&store](const std::vector<Bill>& bills) { return store.write(bills, "jobcomp"); };
@@ -184,6 +203,9 @@ bool store_file(planc::BillStore& store, const PendingFile& f, std::string* prob
     return false;
   }
   const std::string path = f.spool->path(f.seq);
+  counts->bills_written += r.value().fresh;
+  counts->bills_rejected += r.value().rejected.size();
+  *processed += r.value().records + r.value().damaged.size();
   for (const planc::SpoolDamage& d : r.value().damaged)
     error("%s: %s line %zu: %s; skipped (run planc-bill reconcile to find the segment)",
           plugin_type, path.c_str(), d.line_no, d.error.c_str());
@@ -201,6 +223,48 @@ bool store_file(planc::BillStore& store, const PendingFile& f, std::string* prob
   return true;
 }
 
+// A spool file from before the restart: its first record is no younger
+// than its last change.
+time_t file_time(const planc::Spool& spool, uint64_t seq) {
+  struct stat st;
+  return stat(spool.path(seq).c_str(), &st) == 0 ? st.st_mtime : time(nullptr);
+}
+
+// The metrics snapshot for planc-exporter (common/metrics_snapshot.h),
+// written by the worker outside every slurmctld lock.
+void write_metrics(planc::BillingCounters c, uint64_t processed,
+                   const std::vector<PendingFile>& pending) {
+  std::map<std::string, RunCount> runs;
+  uint64_t appended;
+  time_t current_opened;
+  bool current_idle;
+  {
+    planc::MutexLock l(g_spool_mu);
+    runs = g_runs_by_qos;
+    appended = g_appended;
+    current_opened = g_opened;
+    current_idle = g_appender.idle();
+  }
+  const time_t now = time(nullptr);
+  for (const auto& [qos, n] : runs) {
+    const planc::Tier* t = g_config ? g_config->tiers.find_by_qos(qos) : nullptr;
+    if (!t) continue;  // not a Plan C tier: not in the per-tier figures
+    c.segments_ended[planc::tier_index(t->id)] += n.segments;
+    c.segment_seconds[planc::tier_index(t->id)] += n.seconds;
+  }
+  c.backlog_records =
+      appended + c.backlog_records > processed ? appended + c.backlog_records - processed : 0;
+  time_t oldest = current_idle ? now : current_opened;
+  for (const PendingFile& f : pending) oldest = std::min(oldest, f.since);
+  c.oldest_backlog_age = now - oldest;
+  planc::MetricsSnapshot snap;
+  snap.source = "jobcomp";
+  snap.written = now;
+  planc::add_billing_samples(c, &snap);
+  if (auto err = planc::write_file_atomically(g_metrics_path, planc::serialize_snapshot(snap)))
+    error("%s: metrics snapshot: %s", plugin_type, err->c_str());
+}
+
 // fini() must not wait for a long backlog: the spool keeps what is left.
 bool stopping() {
   planc::MutexLock l(g_mu);
@@ -208,13 +272,25 @@ bool stopping() {
 }
 
 void worker(std::vector<PendingFile> pending, planc::ConfigWatch watch) {
+  using Clock = std::chrono::steady_clock;
   std::unique_ptr<planc::BillStore> store;
   std::string store_conninfo;
   planc::RetryBackoff backoff;  // while PostgreSQL is unreachable
   bool config_logged = false, spool_dir_logged = false;
+  // Metrics: counters since start; backlog_records starts as the records
+  // of the files left from before the restart.
+  planc::BillingCounters counts;
+  uint64_t processed = 0;
+  for (const PendingFile& f : pending)
+    if (auto r = f.spool->read(f.seq); r.ok())
+      counts.backlog_records += r.value().records.size() + r.value().damaged.size();
+  auto next_store = Clock::now();
+  auto next_metrics = Clock::now();
   planc::MutexLock l(g_mu);
   while (!g_stop) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(backoff.wait_seconds());
+    // Wakes for the next store attempt (backoff while PostgreSQL is
+    // down) and for the metrics, which go on while it is down.
+    auto until = std::min(next_store, next_metrics);
     while (!g_stop && !g_reconfigured && g_cv.wait_until(l, until) == std::cv_status::no_timeout) {
     }
     if (g_stop) break;
@@ -232,31 +308,42 @@ void worker(std::vector<PendingFile> pending, planc::ConfigWatch watch) {
         spool_dir_logged = true;
       }
     }
-    if (uint64_t seq = rotate()) pending.push_back({g_spool.get(), seq});
-    if (!g_config) {
-      if (!config_logged)
-        error(
-            "%s: planc.conf did not load; segments are kept in %s and billed once a valid "
-            "planc.conf is in place",
-            plugin_type, g_spool->dir().c_str());
-      config_logged = true;
-    } else if (!pending.empty()) {
-      if (!store || conninfo != store_conninfo) {
-        store = std::make_unique<planc::BillStore>(conninfo);
-        store_conninfo = conninfo;
+    if (force || Clock::now() >= next_store) {
+      time_t opened = 0;
+      if (uint64_t seq = rotate(&opened)) pending.push_back({g_spool.get(), seq, opened});
+      if (!g_config) {
+        if (!config_logged)
+          error(
+              "%s: planc.conf did not load; segments are kept in %s and billed once a valid "
+              "planc.conf is in place",
+              plugin_type, g_spool->dir().c_str());
+        config_logged = true;
+      } else if (!pending.empty()) {
+        if (!store || conninfo != store_conninfo) {
+          store = std::make_unique<planc::BillStore>(conninfo);
+          store_conninfo = conninfo;
+        }
+        std::string problem;
+        while (!pending.empty() && !stopping() &&
+               store_file(*store, pending.front(), &problem, &counts, &processed))
+          pending.erase(pending.begin());
+        if (problem.empty()) {
+          if (backoff.succeeded())
+            info("%s: PostgreSQL reachable again; spool drained", plugin_type);
+        } else {
+          counts.database_errors++;
+          bool log = false;
+          int wait = backoff.failed(time(nullptr), &log);
+          if (log)
+            error("%s: %s; %zu spool file(s) kept in %s, retrying every %d s", plugin_type,
+                  problem.c_str(), pending.size(), g_spool->dir().c_str(), wait);
+        }
       }
-      std::string problem;
-      while (!pending.empty() && !stopping() && store_file(*store, pending.front(), &problem))
-        pending.erase(pending.begin());
-      if (problem.empty()) {
-        if (backoff.succeeded()) info("%s: PostgreSQL reachable again; spool drained", plugin_type);
-      } else {
-        bool log = false;
-        int wait = backoff.failed(time(nullptr), &log);
-        if (log)
-          error("%s: %s; %zu spool file(s) kept in %s, retrying every %d s", plugin_type,
-                problem.c_str(), pending.size(), g_spool->dir().c_str(), wait);
-      }
+      next_store = Clock::now() + std::chrono::seconds(backoff.wait_seconds());
+    }
+    if (Clock::now() >= next_metrics) {
+      write_metrics(counts, processed, pending);
+      next_metrics = Clock::now() + kMetricsInterval;
     }
     l.lock();
   }
@@ -374,6 +461,8 @@ PLANC_EXPORT int init(void) {
         std::string(slurm_conf.state_save_location ? slurm_conf.state_save_location : ".") + "/" +
         planc::kSpoolDirName;
     g_spool_setting = g_config ? g_config->spool_dir : "";
+    g_metrics_path = planc::snapshot_path(
+        slurm_conf.state_save_location ? slurm_conf.state_save_location : ".", "jobcomp");
     g_spool =
         std::make_unique<planc::Spool>(g_spool_setting.empty() ? default_dir : g_spool_setting);
     if (auto r = g_spool->make_dir(); !r.ok()) {
@@ -389,14 +478,16 @@ PLANC_EXPORT int init(void) {
       return SLURM_ERROR;
     }
     std::vector<PendingFile> pending;
-    for (uint64_t seq : found.value()) pending.push_back({g_spool.get(), seq});
+    for (uint64_t seq : found.value())
+      pending.push_back({g_spool.get(), seq, file_time(*g_spool, seq)});
     const uint64_t first_seq = found.value().empty() ? 1 : found.value().back() + 1;
     g_default_spool.reset();
     if (g_spool->dir() != default_dir) {
       g_default_spool = std::make_unique<planc::Spool>(default_dir);
       auto left = g_default_spool->pending();
       if (left.ok())
-        for (uint64_t seq : left.value()) pending.push_back({g_default_spool.get(), seq});
+        for (uint64_t seq : left.value())
+          pending.push_back({g_default_spool.get(), seq, file_time(*g_default_spool, seq)});
     }
     auto file = g_spool->create(first_seq);
     if (!file.ok()) {
@@ -407,6 +498,7 @@ PLANC_EXPORT int init(void) {
       planc::MutexLock l(g_spool_mu);
       g_appender.replace(std::move(file).value());
       g_seq = first_seq;
+      g_opened = time(nullptr);
     }
     if (!pending.empty())
       info("%s: %zu spool file(s) from before the restart will be (re)stored", plugin_type,
@@ -489,6 +581,10 @@ PLANC_EXPORT int jobcomp_p_log_record(job_record_t* job) {
     std::string line = planc::serialize_segment(seg);
     planc::MutexLock l(g_spool_mu);
     auto r = g_appender.append(std::move(line));
+    RunCount& runs = g_runs_by_qos[seg.qos];
+    runs.segments++;
+    runs.seconds += static_cast<uint64_t>(std::max<int64_t>(0, seg.end_time - seg.start_time));
+    g_appended++;
     // Disk full or the like: kept in memory; the worker retries (and logs).
     if (!r.ok() && g_appender.waiting() == 1)
       error("%s: %pJ not in the spool yet (%s); kept in memory until it can be written",

@@ -38,7 +38,7 @@ StateSaveLocation.  It never contacts slurmctld.
 
   --listen ADDR       address:port to serve on             [127.0.0.1:9866]
   --state-dir DIR     slurmctld's StateSaveLocation         [/var/spool/slurmctld]
-  --sources LIST      snapshots to read, comma-separated    [slurmctld,preempt]
+  --sources LIST      snapshots to read, comma-separated    [slurmctld,preempt,jobcomp]
   --max-age SECONDS   older snapshots count as down         [60]
   --once              print the metrics once on stdout and exit (no server);
                       exit status 0 if every source is up, 3 otherwise
@@ -53,7 +53,7 @@ logged once on stderr when it goes down.
 struct Options {
   std::string listen = "127.0.0.1:9866";
   std::string state_dir = "/var/spool/slurmctld";
-  std::vector<std::string> sources = {"slurmctld", "preempt"};
+  std::vector<std::string> sources = {"slurmctld", "preempt", "jobcomp"};
   uint32_t max_age = 60;
   bool once = false;
 };

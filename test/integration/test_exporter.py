@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import urllib.request
 
 import pytest
@@ -29,9 +30,19 @@ def c(cluster):
 
 def wait_snapshots(c):
     """Both plugins write theirs every 5 s once slurmctld has loaded its jobs."""
-    for source in ("slurmctld", "preempt"):
+    for source in ("slurmctld", "preempt", "jobcomp"):
         c.wait_for(f"{source}'s metrics snapshot", lambda: os.path.exists(
             os.path.join(c.state_dir, f"planc_metrics_{source}")), timeout=30)
+
+
+def fresh_metrics(c, source):
+    """The metrics once `source` has written a snapshot after now: every job
+    that ended before this call is in it."""
+    path = os.path.join(c.state_dir, f"planc_metrics_{source}")
+    t0 = time.time()
+    c.wait_for(f"a {source} snapshot written after now",
+               lambda: os.path.getmtime(path) > t0 + 0.01, timeout=30, interval=0.2)
+    return metrics(c)
 
 
 def parse(text):
@@ -134,11 +145,46 @@ def test_preemptions_per_tier_and_per_job(c):
     assert m[("planc_preempt_ledger_jobs", "")] >= 1.0
 
 
+def test_run_segments_bills_and_the_backlog_while_postgresql_is_down(c):
+    from test_billing import pg_ctl
+    wait_snapshots(c)
+    key = lambda name, tier=None: (name, f'{{tier="{tier}"}}' if tier else "")
+    m0 = fresh_metrics(c, "jobcomp")
+    # A P3 run of about 3 s: one segment, its seconds, one bill.
+    j, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--gres=gpu:1", "--wrap", "sleep 3",
+                    user="pcbob")
+    assert j, p.stderr
+    c.wait_for("the run to end", lambda: c.state(j) == "GONE", timeout=60)
+    m = c.wait_for("its bill in the snapshot", lambda: (lambda m: m if m[key(
+        "planc_bills_written_total")] >= m0[key("planc_bills_written_total")] + 1 else None)(
+            metrics(c)), timeout=60)
+    ended = key("planc_run_segments_ended_total", "P3")
+    secs = key("planc_run_segment_seconds_total", "P3")
+    assert m[ended] == m0[ended] + 1
+    assert 3 <= m[secs] - m0[secs] <= 10
+    assert m[key("planc_spool_backlog_records")] == 0
+    # PostgreSQL down: the next run waits in the spool, the snapshot goes on
+    # and says so; once it is back the backlog drains.
+    pg_ctl(c, "stop")
+    try:
+        j, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "true", user="pcbob")
+        assert j, p.stderr
+        m = c.wait_for("the backlog and a database error", lambda: (lambda m: m if (
+            m[key("planc_spool_backlog_records")] >= 1 and m[key("planc_database_errors_total")]
+            > m0[key("planc_database_errors_total")]) else None)(metrics(c)), timeout=60)
+        assert m[key("planc_spool_oldest_record_age_seconds")] >= 0
+    finally:
+        up = c.ctl("up", check=False, timeout=300)  # starts PostgreSQL again
+        assert up.returncode == 0, up.stdout + up.stderr
+    c.wait_for("the backlog to drain", lambda: metrics(c)[key("planc_spool_backlog_records")] == 0,
+               timeout=120)
+
+
 def test_missing_corrupt_and_stale_snapshots_are_down_not_current(c):
     wait_snapshots(c)
     with tempfile.TemporaryDirectory() as d:
         # Missing: a source named that no plugin writes.
-        p = once(c.state_dir, "--sources", "slurmctld,preempt,nosuch")
+        p = once(c.state_dir, "--sources", "slurmctld,preempt,jobcomp,nosuch")
         assert p.returncode == 3, p.stdout + p.stderr
         m = parse(p.stdout)
         assert m[("planc_exporter_source_up", '{source="nosuch"}')] == 0.0

@@ -107,6 +107,31 @@ TEST(PreemptionSamplesTest, MostPerJobAndHowManyJobsPerCount) {
   EXPECT_EQ(v["planc_preempt_ledger_jobs"], 5);
 }
 
+TEST(BillingSamplesTest, PerTierRunsAndTheBacklog) {
+  BillingCounters b;
+  b.segments_ended[2] = 3;
+  b.segment_seconds[2] = 3 * 3600;
+  b.bills_written = 10;
+  b.backlog_records = 0;
+  b.oldest_backlog_age = 99;
+  MetricsSnapshot s;
+  add_billing_samples(b, &s);
+  std::map<std::string, double> v;
+  for (const MetricSample& m : s.samples) {
+    EXPECT_NE(find_metric(m.name), nullptr) << m.name;
+    v[m.name + (m.labels.empty() ? "" : " " + m.labels[0].second)] = m.value;
+  }
+  EXPECT_EQ(v["planc_run_segments_ended_total P2"], 3);
+  EXPECT_EQ(v["planc_run_segment_seconds_total P2"], 10800);
+  EXPECT_EQ(v["planc_run_segments_ended_total P0"], 0);
+  EXPECT_EQ(v["planc_bills_written_total"], 10);
+  EXPECT_EQ(v["planc_spool_oldest_record_age_seconds"], 0) << "no backlog: no age";
+  b.backlog_records = 4;
+  MetricsSnapshot s2;
+  add_billing_samples(b, &s2);
+  EXPECT_EQ(s2.samples.back(), (MetricSample{"planc_spool_oldest_record_age_seconds", {}, 99}));
+}
+
 using Reads = std::vector<std::pair<std::string, Result<std::string>>>;
 
 std::map<std::string, std::vector<MetricSample>> by_name(const std::vector<ExportedMetric>& m) {
