@@ -76,7 +76,11 @@ RunUsage summarize_steps(const std::vector<StepUsage>& steps, const TresNames& n
     ParsedTres t = parse_tres_counts(s.usage_in_tot);
     ParsedTres m = parse_tres_counts(s.usage_in_max);
     u.malformed += t.malformed + m.malformed;
-    bool has_data = (cpu && t.counts.count(cpu)) || (mem && t.counts.count(mem));
+    // CPU time comes from the task's rusage at its exit, the TRES counts
+    // from polls: a step shorter than the first poll has only the former.
+    // jobacct_gather/none records neither.
+    bool has_data =
+        s.cpu_micro_seconds > 0 || (cpu && t.counts.count(cpu)) || (mem && t.counts.count(mem));
     if (!has_data) {
       u.steps_without_data++;
       continue;

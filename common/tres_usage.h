@@ -68,9 +68,11 @@ struct RunUsage {
 // whole step).  usage_in_tot is "key=count,..." sorted by key, the sum of
 // the finished steps' TRESUsageInTot per TRES in Slurm's units (above);
 // an id `names` does not know is shown as "tres<id>".  A step carries
-// data when its TRESUsageInTot has a cpu or mem count: with
-// JobAcctGatherType=jobacct_gather/none it has neither, and the run is not
-// measured (all fields stay "none"), never 0.
+// data when it has CPU time (from the task's rusage at exit) or its
+// TRESUsageInTot has a cpu or mem count (from jobacct_gather's polls; a
+// step that ended before the first poll has none, and so no MaxRSS).
+// With JobAcctGatherType=jobacct_gather/none a step has neither, and the
+// run is not measured (all fields stay "none"), never 0.
 RunUsage summarize_steps(const std::vector<StepUsage>& steps, const TresNames& names);
 
 // "key=count,..." of `counts`, sorted by key (as above).
