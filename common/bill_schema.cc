@@ -102,6 +102,13 @@ std::string show_job_id(const Bill& b) {
   return std::to_string(b.seg.job_id);
 }
 std::string show_micros6(const Bill& b) { return format_micros6(b.amount_micros); }
+// Not measured shows as nothing, never as 0.
+std::string show_used_cpu(const Bill& b) {
+  return b.used_cpu_micro_seconds < 0 ? "" : format_micros6(b.used_cpu_micro_seconds);
+}
+std::string show_max_rss(const Bill& b) {
+  return b.max_rss_bytes < 0 ? "" : std::to_string(b.max_rss_bytes);
+}
 
 constexpr const char* kBigint = "bigint";
 constexpr const char* kInteger = "integer";
@@ -360,10 +367,76 @@ const BillColumn kColumns[] = {
     {.name = "note", .kind = K::kText, .sql_type = kTextType, BILL_TEXT(note)},
     {.name = "source", .kind = K::kText, .sql_type = kTextType, .bill_get = source_get},
     {.name = "recorded_at", .kind = K::kServer, .sql_type = kTimestamp},
+    // The measured-usage track (sql/0003): NULL until `planc-bill measure`
+    // reads the run's steps from slurmdbd, and NULL after it too where
+    // Slurm measured nothing.
+    {.name = "measured_at",
+     .kind = K::kTime,
+     .sql_type = kTimestamp,
+     .nullable = true,
+     .null_value = 0,
+     BILL_NUM(measured_at),
+     .measured = true},
+    {.name = "used_cpu_seconds",
+     .kind = K::kMicros,
+     .sql_type = kNumeric,
+     .nullable = true,
+     .null_value = -1,
+     BILL_NUM(used_cpu_micro_seconds),
+     .list_label = "UsedCPUSeconds",
+     .show = show_used_cpu,
+     .measured = true},
+    {.name = "max_rss_bytes",
+     .kind = K::kInt,
+     .sql_type = kBigint,
+     .nullable = true,
+     .null_value = -1,
+     BILL_NUM(max_rss_bytes),
+     .list_label = "MaxRSSBytes",
+     .show = show_max_rss,
+     .measured = true},
+    {.name = "tres_usage_in_tot",
+     .kind = K::kText,
+     .sql_type = kTextType,
+     .nullable = true,
+     BILL_TEXT(tres_usage_in_tot),
+     .measured = true},
+    {.name = "gpu_util_percent",
+     .kind = K::kPermille,
+     .sql_type = kNumeric,
+     .nullable = true,
+     .null_value = -1,
+     BILL_NUM(gpu_util_milli_percent),
+     .measured = true},
 };
 
 bool is_null(const BillColumn& c, const FieldValue& v) {
-  return c.nullable && !v.is_text() && v.num() == c.null_value;
+  if (!c.nullable) return false;
+  return v.is_text() ? v.text().empty() : v.num() == c.null_value;
+}
+
+// A value as PostgreSQL reads it in COPY text or as a parameter (text
+// unescaped).
+std::string sql_text(const BillColumn& c, const FieldValue& v) {
+  char buf[32];
+  switch (c.kind) {
+    case K::kText:
+      return std::string(v.text());
+    case K::kInt:
+      return std::to_string(v.num());
+    case K::kTime:
+      return pg_timestamp(v.num());
+    case K::kMicros:
+      return format_micros6(v.num());
+    case K::kPermille:
+      std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(v.num() / 1000),
+                    static_cast<long long>(v.num() % 1000));
+      return buf;
+    case K::kMibAsGib:
+      return format_gib_seconds(v.num());
+    default:
+      return "";
+  }
 }
 
 // The spool record's current version: the highest any entry carries.
@@ -442,35 +515,12 @@ std::string bill_copy_row(const Bill& b, std::string_view source) {
     if (!c.written()) continue;
     if (!row.empty()) row += '\t';
     FieldValue v = column_value(c, b, source);
-    if (is_null(c, v)) {
+    if (is_null(c, v))
       row += "\\N";
-      continue;
-    }
-    char buf[32];
-    switch (c.kind) {
-      case K::kText:
-        append_escaped(row, v.text());
-        break;
-      case K::kInt:
-        row += std::to_string(v.num());
-        break;
-      case K::kTime:
-        row += pg_timestamp(v.num());
-        break;
-      case K::kMicros:
-        row += format_micros6(v.num());
-        break;
-      case K::kPermille:
-        std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(v.num() / 1000),
-                      static_cast<long long>(v.num() % 1000));
-        row += buf;
-        break;
-      case K::kMibAsGib:
-        row += format_gib_seconds(v.num());
-        break;
-      default:
-        break;
-    }
+    else if (c.kind == K::kText)
+      append_escaped(row, v.text());
+    else
+      row += sql_text(c, v);
   }
   row += '\n';
   return row;
@@ -486,10 +536,41 @@ std::string bill_select_list() {
                     : c.kind == K::kPermille ? "(" + n + " * 1000)::bigint"
                     : c.kind == K::kMibAsGib ? "(" + n + " * 1024)::bigint"
                                              : n;
-    if (c.nullable) e = "coalesce(" + e + ", " + std::to_string(c.null_value) + ")";
+    if (c.nullable)
+      e = "coalesce(" + e + ", " + (c.is_text() ? "''" : std::to_string(c.null_value)) + ")";
     exprs.push_back(e);
   }
   return join(exprs);
+}
+
+std::string bill_measure_update_sql() {
+  std::string set;
+  int n = 3;  // $1..$3: the key
+  for (const BillColumn& c : kColumns) {
+    if (!c.measured) continue;
+    const char* cast = c.kind == K::kTime   ? "::timestamptz"
+                       : c.kind == K::kText ? "::text"
+                       : c.kind == K::kInt  ? "::bigint"
+                                            : "::numeric";
+    set += std::string(set.empty() ? "" : ", ") + c.name + " = $" + std::to_string(++n) + cast;
+  }
+  return "UPDATE planc.bill SET " + set +
+         " WHERE cluster = $1::text AND job_id = $2::bigint AND start_time = $3::timestamptz"
+         " AND measured_at IS NULL";
+}
+
+std::vector<std::optional<std::string>> bill_measure_params(const Bill& b) {
+  std::vector<std::optional<std::string>> p = {b.seg.cluster, std::to_string(b.seg.job_id),
+                                               pg_timestamp(b.seg.start_time)};
+  for (const BillColumn& c : kColumns) {
+    if (!c.measured) continue;
+    FieldValue v = column_value(c, b);
+    if (is_null(c, v))
+      p.emplace_back(std::nullopt);
+    else
+      p.emplace_back(sql_text(c, v));
+  }
+  return p;
 }
 
 Result<Bill> bill_from_row(const std::vector<std::string>& row) {

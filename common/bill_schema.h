@@ -23,6 +23,7 @@
 #define PLANC_COMMON_BILL_SCHEMA_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -93,7 +94,7 @@ struct BillColumn {
   const char* name;  // planc.bill's column; for kSpool*, the record field's name
   ColumnKind kind;
   const char* sql_type;   // information_schema.columns.data_type ("" when no column)
-  bool nullable = false;  // NULL in planc.bill when the value is null_value
+  bool nullable = false;  // NULL in planc.bill when the value is null_value ("" for text)
   int64_t null_value = 0;
   int spool_since = 0;  // record version that added it; 0: not in the spool
   // Where the value lives: a Segment field (seg_*), or the Bill (bill_*;
@@ -106,6 +107,10 @@ struct BillColumn {
   SacctField sacct = SacctField::kNone;
   const char* list_label = nullptr;            // planc-bill list's header, or not listed
   std::string (*show)(const Bill&) = nullptr;  // planc-bill list's text; null: by kind
+  // Measured usage (the measured-usage track): NULL when jobcomp or
+  // reconcile writes the bill, set afterwards by `planc-bill measure`'s
+  // UPDATE (bill_measure_update_sql), the only columns it may change.
+  bool measured = false;
 
   bool is_text() const { return kind == ColumnKind::kText || kind == ColumnKind::kSpoolText; }
   bool in_table() const { return kind != ColumnKind::kSpoolText && kind != ColumnKind::kSpoolInt; }
@@ -130,6 +135,16 @@ std::string bill_copy_row(const Bill& b, std::string_view source);
 std::string bill_select_list();
 // A Bill from one row of bill_select_list()'s values.
 Result<Bill> bill_from_row(const std::vector<std::string>& row);
+
+// The measured columns of one bill, found by its key: "UPDATE planc.bill SET
+// measured_at = $4::timestamptz, ... WHERE cluster = $1 AND job_id =
+// $2::bigint AND start_time = $3::timestamptz AND measured_at IS NULL",
+// one parameter per measured column in table order after the key.  A bill
+// already measured is left alone, so running measure again changes nothing.
+std::string bill_measure_update_sql();
+// Its parameters for `b`: the key, then each measured column's value as
+// text, nullopt for NULL.
+std::vector<std::optional<std::string>> bill_measure_params(const Bill& b);
 
 // "2026-11-30 01:02:03+00" for COPY and parameters.
 std::string pg_timestamp(int64_t unix_time);

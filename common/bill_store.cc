@@ -3,8 +3,10 @@
 #include <libpq-fe.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -263,6 +265,35 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
   return fresh.size();
 }
 
+Result<size_t> BillStore::record_usage(const std::vector<Bill>& bills) {
+  if (bills.empty()) return size_t{0};
+  if (auto c = connect(); !c.ok()) return pass<size_t>(c);
+  auto fail = [this](const Result<bool>& e) {
+    PQclear(PQexec(conn_, "ROLLBACK"));
+    if (e.code() == ErrorCode::kRetryable) disconnect();
+    return pass<size_t>(e);
+  };
+  if (auto r = exec("BEGIN"); !r.ok()) return fail(r);
+  const std::string sql = bill_measure_update_sql();
+  size_t changed = 0;
+  for (const Bill& b : bills) {
+    const std::vector<std::optional<std::string>> params = bill_measure_params(b);
+    std::vector<const char*> values;
+    for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+    PGresult* r = PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                               values.data(), nullptr, nullptr, 0);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+      Result<bool> e = failed("recording measured usage", r);
+      PQclear(r);
+      return fail(e);
+    }
+    changed += std::strtoul(PQcmdTuples(r), nullptr, 10);
+    PQclear(r);
+  }
+  if (auto r = exec("COMMIT"); !r.ok()) return fail(r);
+  return changed;
+}
+
 Result<std::vector<std::vector<std::string>>> BillStore::rows(
     const std::string& sql, const std::vector<std::string>& params,
     std::vector<std::string>* columns) {
@@ -311,6 +342,7 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
   any("job_id", "bigint", ids);
   any("state", "text", f.states);
   any("partition", "text", f.partitions);
+  if (f.unmeasured) sql += " AND measured_at IS NULL";
   if (f.start) {
     params.push_back(pg_timestamp(f.start));
     sql += " AND end_time >= $" + std::to_string(params.size()) + "::timestamptz";

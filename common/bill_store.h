@@ -42,8 +42,9 @@ struct BillFilter {
   std::vector<uint32_t> job_ids;
   std::vector<std::string> states;  // COMPLETED, PREEMPTED, ...
   std::vector<std::string> partitions;
-  int64_t start = 0;  // segments still running at or after start (0: any)
-  int64_t end = 0;    // segments started at or before end (0: any)
+  int64_t start = 0;        // segments still running at or after start (0: any)
+  int64_t end = 0;          // segments started at or before end (0: any)
+  bool unmeasured = false;  // only bills planc-bill measure has not measured yet
 };
 
 class BillStore {
@@ -71,6 +72,12 @@ class BillStore {
   // Errors are coded as above; a kRetryable one also drops the connection
   // (the next call connects again).
   Result<size_t> write(const std::vector<Bill>& bills, const std::string& source);
+
+  // Sets the measured columns (common/bill_schema.h, `measured`) of each
+  // bill, found by its key, in one transaction; a bill already measured
+  // or not stored is left alone.  Returns how many bills changed.  The
+  // role needs UPDATE on those columns (planc_writer has it, sql/0003).
+  Result<size_t> record_usage(const std::vector<Bill>& bills);
 
   // Bills matching the filter (and what row-level security lets this
   // connection's user see), oldest end first.

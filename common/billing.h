@@ -118,6 +118,17 @@ struct Bill {
   int64_t amount_minor = 0;        // minor_of_micros(amount_micros): this bill alone, never summed
   std::string zero_reason;         // why amount_micros is 0, else ""; never empty on a zero bill
   std::string note;                // anything the reader should know (e.g. a missing weight)
+  // The measured-usage track (common/tres_usage.h): what the run used, as
+  // Slurm's job accounting measured it, filled after the run from slurmdbd
+  // by `planc-bill measure`, never by pricing.  Not measured: the null
+  // values below (NULL in planc.bill), never 0.
+  int64_t measured_at = 0;              // when measure read it (unix s); 0: not yet
+  int64_t used_cpu_micro_seconds = -1;  // sacct's TotalCPU of the run's steps, 1e-6 s
+  int64_t max_rss_bytes = -1;           // sacct's MaxRSS: largest of any step
+  std::string tres_usage_in_tot;        // the steps' TRESUsageInTot summed, by name; "": none
+  // GPU utilisation needs Slurm's NVML support (gpu/nvml), which Debian's
+  // 22.05 build lacks: always -1 (NULL) on such a cluster.
+  int64_t gpu_util_milli_percent = -1;
 };
 
 // Prices a segment with the prices and tier factors in `cfg`.

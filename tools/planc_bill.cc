@@ -24,6 +24,7 @@
 #include "common/billing.h"
 #include "common/config.h"
 #include "common/run_journal.h"
+#include "common/tres_usage.h"
 #include "tools/slurmdbd_runs.h"
 
 namespace {
@@ -36,6 +37,19 @@ const char* kUsage =
     "  report    [-S START] [-E END] [-u USER] [-A ACCOUNT] [--by KEYS] [--format ...]\n"
     "            totals from the hourly table; KEYS: any of account,user,tier,day,hour\n"
     "            (comma-separated; default account,user,tier)\n"
+    "  report --efficiency [-S START] [-E END] [-u USER] [-A ACCOUNT] [--format ...]\n"
+    "            per account and user, over the bills `measure` has measured: allocated\n"
+    "            core-hours against used CPU hours (slurmdbd's TotalCPU of the steps), and\n"
+    "            allocated memory GiB-hours against peak-memory GiB-hours (each run's\n"
+    "            MaxRSS held for its whole billed time: an upper bound of what it used)\n"
+    "  measure   [-S START] [-E END] [--settle SECONDS]\n"
+    "            fills the measured-usage columns of bills in the window (default: the\n"
+    "            last 7 days) not measured yet, from their runs' steps in slurmdbd (read\n"
+    "            through libslurmdb), as the writer role run by SlurmUser (e.g. from\n"
+    "            etc/systemd/planc-bill-measure.timer).  A run slurmdbd has no end for\n"
+    "            yet is left for a later run; one whose steps lack accounting data is\n"
+    "            waited for until SECONDS after its end (default 300), then marked\n"
+    "            measured with no usage (NULL).  Safe to run again\n"
     "  reconcile -S START -E END [--fill] [--planc-conf FILE] [--journal DIR]\n"
     "            compares slurmdbd's run segments (every run of every job, read\n"
     "            through libslurmdb) with the bills;\n"
@@ -200,6 +214,8 @@ struct Options {
   std::string planc_conf;
   std::string journal;
   std::string writer;
+  bool efficiency = false;
+  int64_t settle = 300;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -212,7 +228,8 @@ Options parse_options(int argc, char** argv) {
       {"format", required_argument, nullptr, 'f'},  {"by", required_argument, nullptr, 'b'},
       {"fill", no_argument, nullptr, 'F'},          {"planc-conf", required_argument, nullptr, 'c'},
       {"writer", required_argument, nullptr, 'w'},  {"help", no_argument, nullptr, 'h'},
-      {"journal", required_argument, nullptr, 'J'}, {nullptr, 0, nullptr, 0}};
+      {"journal", required_argument, nullptr, 'J'}, {"efficiency", no_argument, nullptr, 'e'},
+      {"settle", required_argument, nullptr, 's'},  {nullptr, 0, nullptr, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "d:S:E:u:A:j:f:b:h", longopts, nullptr)) != -1) {
     switch (c) {
@@ -256,6 +273,16 @@ Options parse_options(int argc, char** argv) {
       case 'J':
         o.journal = optarg;
         break;
+      case 'e':
+        o.efficiency = true;
+        break;
+      case 's': {
+        std::string v = optarg;
+        if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+          die("--settle '" + v + "' is not a number of seconds");
+        o.settle = std::stoll(v);
+        break;
+      }
       case 'h':
         std::cout << kUsage;
         std::exit(0);
@@ -394,6 +421,136 @@ int cmd_report(planc::BillStore& store, const Options& o) {
     rows.push_back(t);
   }
   print(cols, num, rows, o.format);
+  return 0;
+}
+
+// --- report --efficiency ----------------------------------------------------------------
+
+// From planc.bill, so row-level security applies (a user sees their own
+// bills), over the bills whose usage was measured (used_cpu_seconds set):
+// both sides of a ratio cover the same runs.  Peak-memory GiB-hours: each
+// bill's MaxRSS in GiB times its billed hours, summed.
+int cmd_report_efficiency(planc::BillStore& store, const Options& o) {
+  if (!o.by.empty()) die("--efficiency reports per account and user: leave out --by");
+  const std::string alloc_core = "sum(core_seconds) FILTER (WHERE used_cpu_seconds IS NOT NULL)";
+  const std::string alloc_mem = "sum(mem_gib_seconds) FILTER (WHERE max_rss_bytes IS NOT NULL)";
+  const std::string peak = "sum(max_rss_bytes::numeric / 1073741824 * billable_seconds)";
+  std::string sql = "SELECT account, user_name, count(*), count(used_cpu_seconds), round(" +
+                    alloc_core + " / 3600.0, 6), round(sum(used_cpu_seconds) / 3600, 6)," +
+                    " round(100 * sum(used_cpu_seconds) / nullif(" + alloc_core + ", 0), 1)," +
+                    " round(" + alloc_mem + " / 3600, 6), round(" + peak + " / 3600, 6)," +
+                    " round(100 * " + peak + " / nullif(" + alloc_mem + ", 0), 1)" +
+                    " FROM planc.bill WHERE true";
+  std::vector<std::string> params;
+  auto any = [&](const char* column, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    params.push_back(planc::pg_text_array(v));
+    sql += std::string(" AND ") + column + " = ANY($" + std::to_string(params.size()) + "::text[])";
+  };
+  any("user_name", o.users);
+  any("account", o.accounts);
+  // As list: the runs that overlap the window.
+  if (o.start) {
+    params.push_back(planc::pg_timestamp(o.start));
+    sql += " AND end_time >= $" + std::to_string(params.size()) + "::timestamptz";
+  }
+  if (o.end) {
+    params.push_back(planc::pg_timestamp(o.end));
+    sql += " AND start_time <= $" + std::to_string(params.size()) + "::timestamptz";
+  }
+  sql += " GROUP BY account, user_name ORDER BY account, user_name";
+  auto r = store.rows(sql, params);
+  if (!r.ok()) die(r.error());
+  const std::vector<std::string> cols = {
+      "Account",         "User",          "Bills",      "Measured",
+      "AllocCoreHours",  "UsedCoreHours", "CPUPercent", "AllocMemGiBHours",
+      "PeakMemGiBHours", "MemPercent"};
+  const std::vector<bool> num = {false, false, true, true, true, true, true, true, true, true};
+  print(cols, num, r.value(), o.format);
+  return 0;
+}
+
+// --- measure ----------------------------------------------------------------------------
+
+// Fills the measured-usage track (common/tres_usage.h) of bills not
+// measured yet, from their runs' steps in slurmdbd, matched by the bill key
+// (cluster, job id, start time) as reconcile matches.  Writes only the
+// measured columns, each bill once (the UPDATE requires measured_at IS
+// NULL): a timer may run it as often as it likes.
+int cmd_measure(planc::BillStore& store, const Options& o) {
+  const int64_t now = time(nullptr);
+  const int64_t start = o.start ? o.start : now - 7 * 86400, end = o.end ? o.end : now;
+  auto site = planc::load_slurm_site();
+  if (!site.ok()) die(site.error());
+  const std::string& cluster = site.value().cluster;
+  planc::BillFilter f;
+  f.start = start;
+  f.end = end;
+  f.unmeasured = true;
+  auto have = store.query(f);
+  if (!have.ok()) die(have.error());
+  std::vector<planc::Bill> todo, done;
+  std::set<uint32_t> job_ids;
+  int64_t first_start = end;
+  size_t never_ran = 0;
+  for (planc::Bill& b : have.value()) {
+    if (b.seg.cluster != cluster) continue;  // another cluster's measure fills it
+    if (b.seg.node_count == 0) {
+      // Never held a node (cancelled while pending): nothing ran to measure.
+      b.measured_at = now;
+      done.push_back(std::move(b));
+      never_ran++;
+      continue;
+    }
+    job_ids.insert(b.seg.job_id);
+    first_start = std::min(first_start, b.seg.start_time);
+    todo.push_back(std::move(b));
+  }
+  planc::TresNames names;
+  std::map<planc::RunKey, planc::DbdRunSteps> runs;
+  if (!todo.empty()) {
+    auto got = planc::slurmdbd_run_steps(cluster, {job_ids.begin(), job_ids.end()}, first_start,
+                                         std::max(end, now), &names);
+    if (!got.ok()) die(got.error());
+    for (planc::DbdRunSteps& r : got.value()) runs[r.key] = std::move(r);
+  }
+  size_t not_in_dbd = 0, waiting = 0, no_data = 0, malformed = 0;
+  for (planc::Bill& b : todo) {
+    auto it = runs.find({b.seg.cluster, b.seg.job_id, b.seg.start_time});
+    if (it == runs.end()) {
+      not_in_dbd++;  // slurmdbd has no end of this run (yet: or reconcile lists it)
+      continue;
+    }
+    const planc::DbdRunSteps& run = it->second;
+    planc::RunUsage u = planc::summarize_steps(run.steps, names);
+    malformed += u.malformed;
+    // Step records reach slurmdbd on their own: give a step without data
+    // time before saying Slurm measured nothing.
+    bool complete = u.measured && !u.steps_without_data && !u.unfinished_steps;
+    if (!complete && now - run.end_time < o.settle) {
+      waiting++;
+      continue;
+    }
+    b.measured_at = now;
+    if (u.measured) {
+      b.used_cpu_micro_seconds = u.cpu_micro_seconds;
+      b.max_rss_bytes = u.max_rss_bytes;
+      b.tres_usage_in_tot = u.usage_in_tot;
+    } else {
+      no_data++;
+    }
+    done.push_back(std::move(b));
+  }
+  auto changed = store.record_usage(done);
+  if (!changed.ok()) die(changed.error());
+  std::cout << "measure " << planc::pg_timestamp(start) << " .. " << planc::pg_timestamp(end)
+            << ": " << have.value().size() << " bill(s) not measured, " << changed.value()
+            << " measured now (" << no_data << " with no accounting data in slurmdbd, " << never_ran
+            << " never ran), " << waiting << " waiting for their steps, " << not_in_dbd
+            << " without an ended run in slurmdbd\n";
+  if (malformed)
+    std::cerr << "planc-bill: " << malformed
+              << " TRES usage item(s) slurmdbd returned were not <id>=<count> and were skipped\n";
   return 0;
 }
 
@@ -638,7 +795,8 @@ int main(int argc, char** argv) {
   if (auto c = store.connect(); !c.ok())
     die(c.error() + "\n(set --db or PLANC_BILL_DB to the JobCompLoc connection string)");
   if (cmd == "list") return cmd_list(store, o);
-  if (cmd == "report") return cmd_report(store, o);
+  if (cmd == "report") return o.efficiency ? cmd_report_efficiency(store, o) : cmd_report(store, o);
+  if (cmd == "measure") return cmd_measure(store, o);
   if (cmd == "reconcile") return cmd_reconcile(store, o);
   if (cmd == "sync-roles") return cmd_sync_roles(store, o);
   std::cerr << "planc-bill: unknown command '" << cmd << "'\n" << kUsage;

@@ -156,6 +156,19 @@ class DbConn {
   std::string error_;
 };
 
+// slurmdbd's TRES table, deleted ones included (old records name them).
+bool load_tres(void* db, std::map<uint32_t, Tres>* tres) {
+  slurmdb_tres_cond_t cond;
+  std::memset(&cond, 0, sizeof cond);
+  cond.with_deleted = 1;
+  List got = slurmdb_tres_get(db, &cond);
+  if (!got) return false;
+  each_and_free<slurmdb_tres_rec_t>(got, [&](const slurmdb_tres_rec_t& t) {
+    (*tres)[t.id] = Tres{str(t.type), str(t.name)};
+  });
+  return true;
+}
+
 }  // namespace
 
 Result<SlurmSite> load_slurm_site() {
@@ -198,16 +211,8 @@ Result<DbdRuns> slurmdbd_runs(const std::string& cluster, int64_t start, int64_t
                       "): is slurmdbd up, and AccountingStorageHost right in slurm.conf?");
 
   std::map<uint32_t, Tres> tres;
-  {
-    slurmdb_tres_cond_t cond;
-    std::memset(&cond, 0, sizeof cond);
-    cond.with_deleted = 1;
-    List got = slurmdb_tres_get(db.get(), &cond);
-    if (!got) return R::failure("slurmdbd did not list its TRES (slurmdb_tres_get failed)");
-    each_and_free<slurmdb_tres_rec_t>(got, [&](const slurmdb_tres_rec_t& t) {
-      tres[t.id] = Tres{str(t.type), str(t.name)};
-    });
-  }
+  if (!load_tres(db.get(), &tres))
+    return R::failure("slurmdbd did not list its TRES (slurmdb_tres_get failed)");
   std::map<uint32_t, std::string> qos;
   {
     slurmdb_qos_cond_t cond;
@@ -282,6 +287,86 @@ Result<DbdRuns> slurmdbd_runs(const std::string& cluster, int64_t start, int64_t
   for (size_t i = 1; i < runs.size(); i++)
     if (runs[i].cluster == runs[i - 1].cluster && runs[i].job_id == runs[i - 1].job_id)
       runs[i].segment = runs[i - 1].segment + 1;
+  return out;
+}
+
+}  // namespace planc
+
+namespace planc {
+
+Result<std::vector<DbdRunSteps>> slurmdbd_run_steps(const std::string& cluster,
+                                                    const std::vector<uint32_t>& job_ids,
+                                                    int64_t start, int64_t end, TresNames* names) {
+  using R = Result<std::vector<DbdRunSteps>>;
+  std::vector<DbdRunSteps> out;
+  if (job_ids.empty()) return out;
+  init_libslurm();
+  DbConn db;
+  if (!db.get())
+    return R::failure("cannot connect to slurmdbd (" + db.error() +
+                      "): is slurmdbd up, and AccountingStorageHost right in slurm.conf?");
+  std::map<uint32_t, Tres> tres;
+  if (!load_tres(db.get(), &tres))
+    return R::failure("slurmdbd did not list its TRES (slurmdb_tres_get failed)");
+  names->clear();
+  for (const auto& [id, t] : tres) (*names)[id] = TresName{t.type, t.name};
+
+  // The jobs by id (whole jobs: step NO_VAL, no array task or het offset),
+  // so slurmdbd reads the steps of these jobs only, not of every job in
+  // the window.  The elements are ours and outlive the call.
+  std::vector<slurm_selected_step_t> wanted(job_ids.size());
+  List steps = slurm_list_create(nullptr);
+  for (size_t i = 0; i < job_ids.size(); i++) {
+    wanted[i].array_task_id = NO_VAL;
+    wanted[i].het_job_offset = NO_VAL;
+    wanted[i].step_id.job_id = job_ids[i];
+    wanted[i].step_id.step_id = NO_VAL;
+    wanted[i].step_id.step_het_comp = NO_VAL;
+    slurm_list_append(steps, &wanted[i]);
+  }
+  StringList clusters({cluster});
+  slurmdb_job_cond_t cond;
+  std::memset(&cond, 0, sizeof cond);
+  cond.cluster_list = clusters.get();
+  cond.step_list = steps;
+  // Every run of a requeued job (DUP), with its steps, real times (NO_TRUNC).
+  cond.flags = JOBCOND_FLAG_DUP | JOBCOND_FLAG_NO_TRUNC;
+  cond.db_flags = SLURMDB_JOB_FLAG_NOTSET;
+  cond.usage_start = static_cast<time_t>(start);
+  cond.usage_end = static_cast<time_t>(end);
+  errno = 0;
+  List got = slurmdb_jobs_get(db.get(), &cond);
+  slurm_list_destroy(steps);
+  if (!got)
+    return R::failure(std::string("slurmdbd refused the job query (") +
+                      slurm_strerror(errno ? errno : SLURM_ERROR) +
+                      "); run measure as SlurmUser or a Slurm administrator");
+  each_and_free<slurmdb_job_rec_t>(got, [&](const slurmdb_job_rec_t& j) {
+    uint32_t base = j.state & JOB_STATE_BASE;
+    if (!j.start || !j.end || j.end < j.start || base == JOB_RUNNING || base == JOB_SUSPENDED)
+      return;
+    DbdRunSteps r;
+    r.key = RunKey{j.cluster && *j.cluster ? j.cluster : cluster, j.jobid,
+                   static_cast<int64_t>(j.start)};
+    r.end_time = j.end;
+    r.ran = j.alloc_nodes > 0;
+    if (j.steps) {
+      ListIterator it = slurm_list_iterator_create(j.steps);
+      while (void* v = slurm_list_next(it)) {
+        const auto& st = *static_cast<const slurmdb_step_rec_t*>(v);
+        StepUsage u;
+        // As sacct counts a step into the job's TotalCPU (src/sacct/options.c).
+        u.finished = st.state >= JOB_COMPLETE && st.end;
+        u.cpu_micro_seconds =
+            static_cast<int64_t>(st.tot_cpu_sec) * 1000000 + static_cast<int64_t>(st.tot_cpu_usec);
+        u.usage_in_tot = str(st.stats.tres_usage_in_tot);
+        u.usage_in_max = str(st.stats.tres_usage_in_max);
+        r.steps.push_back(std::move(u));
+      }
+      slurm_list_iterator_destroy(it);
+    }
+    out.push_back(std::move(r));
+  });
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "common/billing.h"
 #include "common/result.h"
 #include "common/run_journal.h"
+#include "common/tres_usage.h"
 
 namespace planc {
 
@@ -46,6 +47,21 @@ struct DbdRuns {
   std::set<RunKey> unended;
 };
 Result<DbdRuns> slurmdbd_runs(const std::string& cluster, int64_t start, int64_t end);
+
+// The steps slurmdbd has of each run of the jobs `job_ids` of `cluster`
+// eligible in [start, end], for the measured-usage track (planc-bill
+// measure): one entry per run that has ended in slurmdbd (runs still
+// going, pending or never started are left out), keyed as bills are.
+// `names` gets slurmdbd's TRES table, to name the ids of the steps' usage.
+struct DbdRunSteps {
+  RunKey key;
+  int64_t end_time = 0;
+  bool ran = false;  // held nodes (a run cancelled while pending did not)
+  std::vector<StepUsage> steps;
+};
+Result<std::vector<DbdRunSteps>> slurmdbd_run_steps(const std::string& cluster,
+                                                    const std::vector<uint32_t>& job_ids,
+                                                    int64_t start, int64_t end, TresNames* names);
 
 }  // namespace planc
 

@@ -210,9 +210,64 @@ TEST(BillSchemaTest, TableIsConsistent) {
       EXPECT_TRUE(c.seg_get || c.bill_get) << "a written column has a value";
     }
     if (c.nullable) {
-      EXPECT_FALSE(c.is_text()) << "NULL stands for a number";
+      EXPECT_TRUE(c.in_table()) << "NULL is a column's";
+      // Text is NULL when empty: only where "" means "not measured".
+      if (c.is_text()) EXPECT_TRUE(c.measured) << "a NULL text column is a measured one";
+    }
+    if (c.measured) {
+      EXPECT_TRUE(c.nullable) << "not measured yet is NULL, never 0";
+      EXPECT_EQ(c.spool_since, 0) << "jobcomp cannot know usage: never spooled";
+      EXPECT_TRUE(c.bill_get && c.bill_set) << "read back, so measure can tell what is unmeasured";
     }
   }
+}
+
+TEST(BillSchemaTest, MeasuredColumnsAreNullUntilMeasured) {
+  // As jobcomp writes a bill: every measured column NULL in the COPY row.
+  Bill b = golden_bill();
+  std::string row = bill_copy_row(b, "jobcomp");
+  row.pop_back();
+  const std::vector<std::string> cols = split(bill_copy_columns(), ", ");
+  const std::vector<std::string> values = split(row, "\t");
+  ASSERT_EQ(cols.size(), values.size());
+  std::map<std::string, std::string> now;
+  for (size_t i = 0; i < cols.size(); i++) now[cols[i]] = values[i];
+  for (const char* c : {"measured_at", "used_cpu_seconds", "max_rss_bytes", "tres_usage_in_tot",
+                        "gpu_util_percent"})
+    EXPECT_EQ(now[c], "\\N") << c;
+  const std::string sql = bill_select_list();
+  EXPECT_NE(sql.find("coalesce(tres_usage_in_tot, '')"), std::string::npos) << sql;
+  EXPECT_NE(sql.find("coalesce((used_cpu_seconds * 1000000)::bigint, -1)"), std::string::npos)
+      << sql;
+
+  // measure's UPDATE: the key, then each measured column; NULL stays NULL.
+  EXPECT_EQ(bill_measure_update_sql(),
+            "UPDATE planc.bill SET measured_at = $4::timestamptz, used_cpu_seconds = $5::numeric, "
+            "max_rss_bytes = $6::bigint, tres_usage_in_tot = $7::text, gpu_util_percent = "
+            "$8::numeric WHERE cluster = $1::text AND job_id = $2::bigint AND start_time = "
+            "$3::timestamptz AND measured_at IS NULL");
+  b.measured_at = 1800007200;
+  using P = std::vector<std::optional<std::string>>;
+  EXPECT_EQ(bill_measure_params(b),
+            (P{"planc", "4242", "2027-01-15 08:01:40+00", "2027-01-15 10:00:00+00", std::nullopt,
+               std::nullopt, std::nullopt, std::nullopt}));
+  b.used_cpu_micro_seconds = 5012345;
+  b.max_rss_bytes = 1843200;
+  b.tres_usage_in_tot = "cpu=5012,mem=1843200";
+  EXPECT_EQ(bill_measure_params(b),
+            (P{"planc", "4242", "2027-01-15 08:01:40+00", "2027-01-15 10:00:00+00", "5.012345",
+               "1843200", "cpu=5012,mem=1843200", std::nullopt}));
+  // A measured 0 is a 0, not NULL.
+  b.used_cpu_micro_seconds = 0;
+  EXPECT_EQ(bill_measure_params(b)[4], std::optional<std::string>("0.000000"));
+
+  // And reads back.
+  auto back = bill_from_row(select_values(b));
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(back.value().used_cpu_micro_seconds, 0);
+  EXPECT_EQ(back.value().max_rss_bytes, 1843200);
+  EXPECT_EQ(back.value().tres_usage_in_tot, "cpu=5012,mem=1843200");
+  EXPECT_EQ(back.value().gpu_util_milli_percent, -1);
 }
 
 TEST(BillSchemaTest, ListShowsWhatPeopleRead) {
