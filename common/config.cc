@@ -266,6 +266,7 @@ class Parser {
   bool set_starvation_interval(const Pair& p) {
     return duration_value(p, 1, 86400, &cfg_.starvation_interval_seconds);
   }
+  bool set_sla_start(const Pair& p) { return duration_value(p, 1, 86400, &cfg_.sla_start_seconds); }
   bool set_starvation_max(const Pair& p) {
     return uint_value(p, 1, 100000, &cfg_.starvation_max_per_interval);
   }
@@ -494,6 +495,7 @@ class Parser {
       {"StarvationThreshold", &Parser::set_starvation_threshold},
       {"StarvationInterval", &Parser::set_starvation_interval},
       {"StarvationMaxPerInterval", &Parser::set_starvation_max},
+      {"SlaStartSeconds", &Parser::set_sla_start},
       {"SpotCapP2", &Parser::set_spot_cap_p2},
       {"SpotCapP3", &Parser::set_spot_cap_p3},
       {"SpotCapResetTime", &Parser::set_spot_reset},

@@ -73,6 +73,16 @@ const std::vector<MetricInfo> kCatalog = {
     {"planc_spool_oldest_record_age_seconds", T::kGauge, "", "jobcomp",
      "Seconds since the oldest spool file still waiting to be stored was started (0 when none "
      "waits): how late the bills are at most."},
+    {"planc_guaranteed_starts_total", T::kCounter, "tier", "slurmctld",
+     "Jobs of a guaranteed tier (P0, P1) that started and count for the SLA: not held back by "
+     "their own limits before they started; since slurmctld started."},
+    {"planc_guaranteed_starts_within_sla_total", T::kCounter, "tier", "slurmctld",
+     "Of planc_guaranteed_starts_total, those that started within SlaStartSeconds (planc.conf, "
+     "40 s) of becoming eligible (Slurm's begin time)."},
+    {"planc_guaranteed_starts_excluded_total", T::kCounter, "tier,reason", "slurmctld",
+     "Guaranteed jobs that started after being held back by their own limits, left out of the "
+     "SLA: reason held, dependency, begin_time or limit (association or QoS limits, the 80% "
+     "guaranteed cap among them)."},
     {"planc_config_reloads_total", T::kCounter, "result", "slurmctld",
      "planc.conf changes slurmctld/planc saw: result=\"ok\" put in force, result=\"failed\" "
      "refused (the previous file stays in force; the log names the line)."},
@@ -252,6 +262,51 @@ void add_billing_samples(const BillingCounters& b, MetricsSnapshot* s) {
   s->samples.push_back({"planc_spool_oldest_record_age_seconds",
                         {},
                         static_cast<double>(b.backlog_records ? b.oldest_backlog_age : 0)});
+}
+
+void SlaTracker::observe(uint32_t sla_seconds, const std::vector<GuaranteedRun>& running,
+                         const std::vector<HeldBack>& held, const std::vector<uint32_t>& pending) {
+  for (const HeldBack& h : held) held_.emplace(h.job_id, h.reason);  // the first reason seen
+  std::map<uint32_t, time_t> now_running;
+  for (const GuaranteedRun& r : running) {
+    now_running[r.job_id] = r.start;
+    auto c = counted_.find(r.job_id);
+    if (c != counted_.end() && c->second == r.start) continue;  // this run is counted
+    const int t = tier_index(r.tier);
+    if (auto h = held_.find(r.job_id); h != held_.end()) {
+      excluded_[{t, h->second}]++;
+      held_.erase(h);
+      continue;
+    }
+    starts_[t]++;
+    const time_t eligible = r.eligible ? r.eligible : r.submit;
+    if (r.start - eligible <= static_cast<time_t>(sla_seconds)) within_[t]++;
+  }
+  counted_ = std::move(now_running);
+  // A held-back job that is neither pending nor running any more is gone.
+  std::vector<uint32_t> sorted = pending;
+  std::sort(sorted.begin(), sorted.end());
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (!std::binary_search(sorted.begin(), sorted.end(), it->first) && !counted_.count(it->first))
+      it = held_.erase(it);
+    else
+      ++it;
+  }
+}
+
+void SlaTracker::add_samples(MetricsSnapshot* s) const {
+  for (int t = 0; t < kTierCount; t++) {
+    const std::string tier = "P" + std::to_string(t);
+    s->samples.push_back(
+        {"planc_guaranteed_starts_total", {{"tier", tier}}, static_cast<double>(starts_[t])});
+    s->samples.push_back({"planc_guaranteed_starts_within_sla_total",
+                          {{"tier", tier}},
+                          static_cast<double>(within_[t])});
+  }
+  for (const auto& [key, n] : excluded_)
+    s->samples.push_back({"planc_guaranteed_starts_excluded_total",
+                          {{"tier", "P" + std::to_string(key.first)}, {"reason", key.second}},
+                          static_cast<double>(n)});
 }
 
 std::vector<ExportedMetric> collect_metrics(

@@ -86,6 +86,40 @@ struct BillingCounters {
 };
 void add_billing_samples(const BillingCounters& b, MetricsSnapshot* s);
 
+// The guaranteed tiers' SLA (policy 9, "P0 SLA attainment"): the share of
+// jobs that started within SlaStartSeconds (40 s) of becoming eligible
+// (Slurm's begin time: submitted, not held, dependencies met).  Jobs held
+// back by their own limits at any sample before they started (a hold, a
+// dependency, a begin time, their association's or QoS's limits: the 80%
+// cap is a QoS limit) are left out and counted by reason.  Fed by
+// slurmctld/planc's 5 s samples: a guaranteed run shorter than a sample
+// interval may be missed (not counted either way).
+struct GuaranteedRun {
+  uint32_t job_id = 0;
+  TierId tier = TierId::kP0;
+  time_t start = 0;
+  time_t eligible = 0;  // 0: unknown: counted as eligible at submission
+  time_t submit = 0;
+};
+struct HeldBack {
+  uint32_t job_id = 0;
+  std::string reason;  // "held", "dependency", "begin_time", "limit"
+};
+class SlaTracker {
+ public:
+  // One sample: the guaranteed jobs running, the pending ones held back by
+  // their own limits, and every pending guaranteed job's id.
+  void observe(uint32_t sla_seconds, const std::vector<GuaranteedRun>& running,
+               const std::vector<HeldBack>& held, const std::vector<uint32_t>& pending);
+  void add_samples(MetricsSnapshot* s) const;
+
+ private:
+  std::array<uint64_t, kTierCount> starts_{}, within_{};
+  std::map<std::pair<int, std::string>, uint64_t> excluded_;  // (tier, reason)
+  std::map<uint32_t, std::string> held_;                      // pending, held back at some sample
+  std::map<uint32_t, time_t> counted_;                        // running, counted (job -> start)
+};
+
 // What the exporter publishes at one scrape, from the snapshot files it
 // just read (`reads`: source name and the file's text or why it could not
 // be read).  A source is up when its snapshot parses, names that source and

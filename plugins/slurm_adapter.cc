@@ -256,6 +256,43 @@ PoolUsage pool_usage(const QosTierCache& tiers, int gpu_pos) {
   return u;
 }
 
+void guaranteed_jobs(const QosTierCache& tiers, std::vector<GuaranteedRun>* running,
+                     std::vector<HeldBack>* held, std::vector<uint32_t>* pending) {
+  ListIterator it = list_iterator_create(job_list);
+  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
+    const bool run = IS_JOB_RUNNING(job);
+    if (!run && !IS_JOB_PENDING(job)) continue;
+    const Tier* t = job_tier(tiers, job);
+    if (!t || t->preemptible) continue;
+    if (run) {
+      running->push_back({job->job_id, t->id, job->start_time,
+                          job->details ? job->details->begin_time : 0,
+                          job->details ? job->details->submit_time : 0});
+      continue;
+    }
+    pending->push_back(job->job_id);
+    const char* reason = nullptr;
+    switch (reason_of(job)) {
+      case PendingReason::kHeld:
+        reason = "held";
+        break;
+      case PendingReason::kDependency:
+        reason = "dependency";
+        break;
+      case PendingReason::kBeginTime:
+        reason = "begin_time";
+        break;
+      case PendingReason::kAccountLimit:
+        reason = "limit";
+        break;
+      default:
+        break;
+    }
+    if (reason) held->push_back({job->job_id, reason});
+  }
+  list_iterator_destroy(it);
+}
+
 std::map<uint32_t, TierId> tiers_of(const QosTierCache& tiers, const std::vector<uint32_t>& ids) {
   std::map<uint32_t, TierId> out;
   for (uint32_t id : ids)

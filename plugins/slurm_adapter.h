@@ -115,6 +115,12 @@ void collect_running_spot(const QosTierCache& tiers, int gpu_tres_pos,
 // node read locks.
 PoolUsage pool_usage(const QosTierCache& tiers, int gpu_tres_pos);
 
+// The guaranteed tiers' (not preemptible) jobs for the SLA: those
+// running, and the pending ones (all ids; those held back by their own
+// limits with the reason).  REQUIRES the job read lock.
+void guaranteed_jobs(const QosTierCache& tiers, std::vector<GuaranteedRun>* running,
+                     std::vector<HeldBack>* held, std::vector<uint32_t>* pending);
+
 // The tier each of `ids` runs as now; jobs Slurm no longer knows, or in
 // no tier, are left out.  REQUIRES the job read lock.
 std::map<uint32_t, TierId> tiers_of(const QosTierCache& tiers, const std::vector<uint32_t>& ids);

@@ -80,6 +80,9 @@ planc::Mutex g_shown_mu;
 std::shared_ptr<const planc::PlancConfig> g_shown GUARDED_BY(g_shown_mu);
 std::string g_state_path;
 std::string g_metrics_path;  // StateSaveLocation/planc_metrics_slurmctld
+// Worker only; never destroyed (slurmctld may exit without fini() while
+// the worker runs: plugins/worker_thread.h).
+planc::SlaTracker& g_sla = *new planc::SlaTracker;
 
 planc::Mutex g_mu;
 std::condition_variable_any g_cv;
@@ -397,7 +400,12 @@ std::string spot_sample(int* gpu_pos, const std::string& last_written, planc::Po
   lock_slurmctld(read);
   planc::slurm::collect_running_spot(*g_tiers, *gpu_pos, tracked, &running, &ended);
   *pool = planc::slurm::pool_usage(*g_tiers, *gpu_pos);
+  std::vector<planc::GuaranteedRun> guaranteed;
+  std::vector<planc::HeldBack> held;
+  std::vector<uint32_t> pending;
+  planc::slurm::guaranteed_jobs(*g_tiers, &guaranteed, &held, &pending);
   unlock_slurmctld(read);
+  g_sla.observe(g_config->sla_start_seconds, guaranteed, held, pending);
   g_ledger->sample(time(nullptr), running, ended);
   publish_usage();
   std::string text = g_ledger->serialize();
@@ -412,6 +420,7 @@ void write_metrics(const planc::PoolUsage& pool, const planc::IdleCrossings& idl
   s.source = "slurmctld";
   s.written = time(nullptr);
   planc::add_pool_samples(pool, idle, &s);
+  g_sla.add_samples(&s);
   s.samples.push_back(
       {"planc_starvation_upgrades_total", {}, static_cast<double>(g_upgrades.load())});
   s.samples.push_back(

@@ -127,6 +127,28 @@ def test_pool_and_tiers_as_prometheus_reads_them(c):
     assert server.returncode == 0 and "stopping on SIGTERM" in err, err
 
 
+def test_guaranteed_starts_count_for_the_sla_unless_held_back(c):
+    wait_snapshots(c)
+    key = lambda name, *labels: (name, "{" + ",".join(labels) + "}")
+    m0 = fresh_metrics(c, "slurmctld")
+    starts, within = (key(n, 'tier="P0"') for n in ("planc_guaranteed_starts_total",
+                                                     "planc_guaranteed_starts_within_sla_total"))
+    held = key("planc_guaranteed_starts_excluded_total", 'tier="P0"', 'reason="held"')
+    quick = submit(c, "pcalice", "acct-lease", "p0-lease", 8)
+    held_job, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--gres=gpu:1", "--hold", "--wrap",
+                           "sleep 300", user="pcalice")
+    assert held_job, p.stderr
+    c.wait_for("the P0 job to run", lambda: c.state(quick) == "RUNNING", timeout=60)
+    fresh_metrics(c, "slurmctld")  # a sample saw the held job held
+    c.run("scontrol", "release", held_job, check=True)
+    c.wait_for("the released job to run", lambda: c.state(held_job) == "RUNNING", timeout=60)
+    m = c.wait_for("both starts in the snapshot", lambda: (lambda m: m if m.get(held, 0) ==
+                   m0.get(held, 0) + 1 else None)(fresh_metrics(c, "slurmctld")), timeout=30)
+    # The quick one counts and met the SLA (started within 40 s of its
+    # submission); the held one is left out, by reason.
+    assert m[starts] == m0[starts] + 1 and m[within] == m0[within] + 1, (m0, m)
+
+
 def test_preemptions_per_tier_and_per_job(c):
     wait_snapshots(c)
     m = metrics(c)

@@ -119,6 +119,11 @@ def test_kpis_and_an_alert_in_a_real_prometheus(prom):
     c.wait_for("the P3 jobs to run", lambda: all(c.state(j) == "RUNNING" for j in fillers))
     p0 = submit(c, "pcalice", "acct-lease", "p0-lease", 8)
     c.wait_for("the P0 job to run", lambda: c.state(p0) == "RUNNING", timeout=60)
+    # It started within SlaStartSeconds (40 s) of its submission: the P0
+    # SLA attainment of the (test-sized) hour is 100%.
+    sla = c.wait_for("the P0 SLA attainment", lambda: p.value(
+        'planc:sla_attainment:ratio_1h{tier="P0"}'), timeout=30)
+    assert sla == pytest.approx(1.0), sla
     # One P3 job preempted (requeued, pending); the other three and the P0
     # job fill the pool.
     c.wait_for("Prometheus to see the preemption", lambda: p.value(

@@ -132,6 +132,37 @@ TEST(BillingSamplesTest, PerTierRunsAndTheBacklog) {
   EXPECT_EQ(s2.samples.back(), (MetricSample{"planc_spool_oldest_record_age_seconds", {}, 99}));
 }
 
+TEST(SlaTrackerTest, StartsWithinTheSlaAndHeldBackJobsLeftOut) {
+  SlaTracker sla;
+  const time_t t0 = 1800000000;
+  // 1: eligible at t0, running at t0 + 40: within.  2: at t0 + 41: late.
+  // 3: held back by a limit while pending, then started: left out.
+  sla.observe(40, {}, {{3, "limit"}}, {1, 2, 3});
+  sla.observe(40,
+              {{1, TierId::kP0, t0 + 40, t0, t0 - 5},
+               {2, TierId::kP1, t0 + 41, t0, t0},
+               {3, TierId::kP0, t0 + 1, t0, t0}},
+              {}, {});
+  // The same runs seen again are not counted again; a requeued job's new
+  // run is a new start (begin time 0: from its submission).
+  sla.observe(40, {{1, TierId::kP0, t0 + 40, t0, t0 - 5}}, {}, {});
+  sla.observe(40, {{1, TierId::kP0, t0 + 500, 0, t0 + 480}}, {}, {});
+  MetricsSnapshot s;
+  sla.add_samples(&s);
+  std::map<std::string, double> v;
+  for (const MetricSample& m : s.samples) {
+    EXPECT_NE(find_metric(m.name), nullptr) << m.name;
+    std::string key = m.name;
+    for (const auto& [k, val] : m.labels) key += " " + val;
+    v[key] = m.value;
+  }
+  EXPECT_EQ(v["planc_guaranteed_starts_total P0"], 2);
+  EXPECT_EQ(v["planc_guaranteed_starts_within_sla_total P0"], 2);
+  EXPECT_EQ(v["planc_guaranteed_starts_total P1"], 1);
+  EXPECT_EQ(v["planc_guaranteed_starts_within_sla_total P1"], 0);
+  EXPECT_EQ(v["planc_guaranteed_starts_excluded_total P0 limit"], 1);
+}
+
 using Reads = std::vector<std::pair<std::string, Result<std::string>>>;
 
 std::map<std::string, std::vector<MetricSample>> by_name(const std::vector<ExportedMetric>& m) {
