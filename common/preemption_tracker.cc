@@ -213,8 +213,12 @@ std::vector<TrackerAction> PreemptionTracker::plan(TimeMs now_ms,
     if (!over) {
       bool gone = std::none_of(it->second.victims.begin(), it->second.victims.end(),
                                [&](const std::pair<uint32_t, uint32_t>& v) {
+                                 // Completing: its nodes are not free yet, whatever
+                                 // its run (Slurm counts the requeue as it starts
+                                 // completing); running: only the run preempted.
                                  const JobView& jv = view_of(seen, v.first);
-                                 return jv.run == v.second && holds_resources(jv);
+                                 return jv.state == State::kCompleting ||
+                                        (jv.run == v.second && holds_resources(jv));
                                });
       if (gone) {
         out.push_back({K::kReleasePreemptor, it->first, 0, "", {}});

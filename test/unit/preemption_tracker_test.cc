@@ -238,6 +238,16 @@ TEST(PreemptionTrackerTest, RobbedPreemptorIsReleasedWhenItsVictimRunsAgain) {
   t2.start(e, kT0ms);
   EXPECT_TRUE(t2.plan(kT0ms + 100, {{kVictim, same}, {kPreemptor, view(S::kPending, false, true)}})
                   .empty());
+  // Requeued but still completing: Slurm has counted the new run already,
+  // but the nodes are not free; releasing the preemptor now would have it
+  // preempt a second victim (seen in CI: both P3 jobs requeued for one P0).
+  JobView completing = view(S::kCompleting);
+  completing.run = 1;
+  PreemptionTracker t3(3, 86400);
+  t3.start(e, kT0ms);
+  EXPECT_TRUE(
+      t3.plan(kT0ms + 100, {{kVictim, completing}, {kPreemptor, view(S::kPending, false, true)}})
+          .empty());
 }
 
 TEST(PreemptionTrackerTest, PreemptorThatRunsIsForgotten) {
