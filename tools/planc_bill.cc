@@ -343,6 +343,20 @@ int cmd_columns(const Options& o) {
   return 0;
 }
 
+// The --user and --account filters of a query (parameterised), as
+// " AND user_name = ANY($n::text[])" clauses appended to `*sql`.
+void add_user_account_filters(const Options& o, std::string* sql,
+                              std::vector<std::string>* params) {
+  for (const auto& [column, v] :
+       {std::pair<const char*, const std::vector<std::string>*>{"user_name", &o.users},
+        {"account", &o.accounts}}) {
+    if (v->empty()) continue;
+    params->push_back(planc::pg_text_array(*v));
+    *sql +=
+        std::string(" AND ") + column + " = ANY($" + std::to_string(params->size()) + "::text[])";
+  }
+}
+
 // --- report ----------------------------------------------------------------------------
 
 int cmd_report(planc::BillStore& store, const Options& o) {
@@ -379,13 +393,7 @@ int cmd_report(planc::BillStore& store, const Options& o) {
       " round(sum(mem_gib_seconds) / 3600, 3), sum(amount_micros)"
       " FROM planc.usage_hourly WHERE true";
   std::vector<std::string> params;
-  auto any = [&](const char* column, const std::vector<std::string>& v) {
-    if (v.empty()) return;
-    params.push_back(planc::pg_text_array(v));
-    sql += std::string(" AND ") + column + " = ANY($" + std::to_string(params.size()) + "::text[])";
-  };
-  any("user_name", o.users);
-  any("account", o.accounts);
+  add_user_account_filters(o, &sql, &params);
   // Hours are whole: a start inside an hour includes that hour.
   if (o.start) {
     params.push_back(planc::pg_timestamp(o.start - o.start % 3600));
@@ -442,13 +450,7 @@ int cmd_report_efficiency(planc::BillStore& store, const Options& o) {
                     " round(100 * " + peak + " / nullif(" + alloc_mem + ", 0), 1)" +
                     " FROM planc.bill WHERE true";
   std::vector<std::string> params;
-  auto any = [&](const char* column, const std::vector<std::string>& v) {
-    if (v.empty()) return;
-    params.push_back(planc::pg_text_array(v));
-    sql += std::string(" AND ") + column + " = ANY($" + std::to_string(params.size()) + "::text[])";
-  };
-  any("user_name", o.users);
-  any("account", o.accounts);
+  add_user_account_filters(o, &sql, &params);
   // As list: the runs that overlap the window.
   if (o.start) {
     params.push_back(planc::pg_timestamp(o.start));

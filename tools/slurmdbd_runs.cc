@@ -169,6 +169,15 @@ bool load_tres(void* db, std::map<uint32_t, Tres>* tres) {
   return true;
 }
 
+// "" when `db` is connected and its TRES table read into *tres; else why not.
+std::string connect_and_load_tres(DbConn& db, std::map<uint32_t, Tres>* tres) {
+  if (!db.get())
+    return "cannot connect to slurmdbd (" + db.error() +
+           "): is slurmdbd up, and AccountingStorageHost right in slurm.conf?";
+  if (!load_tres(db.get(), tres)) return "slurmdbd did not list its TRES (slurmdb_tres_get failed)";
+  return "";
+}
+
 }  // namespace
 
 Result<SlurmSite> load_slurm_site() {
@@ -206,13 +215,9 @@ Result<DbdRuns> slurmdbd_runs(const std::string& cluster, int64_t start, int64_t
   using R = Result<DbdRuns>;
   init_libslurm();
   DbConn db;
-  if (!db.get())
-    return R::failure("cannot connect to slurmdbd (" + db.error() +
-                      "): is slurmdbd up, and AccountingStorageHost right in slurm.conf?");
-
   std::map<uint32_t, Tres> tres;
-  if (!load_tres(db.get(), &tres))
-    return R::failure("slurmdbd did not list its TRES (slurmdb_tres_get failed)");
+  if (std::string problem = connect_and_load_tres(db, &tres); !problem.empty())
+    return R::failure(problem);
   std::map<uint32_t, std::string> qos;
   {
     slurmdb_qos_cond_t cond;
@@ -302,12 +307,9 @@ Result<std::vector<DbdRunSteps>> slurmdbd_run_steps(const std::string& cluster,
   if (job_ids.empty()) return out;
   init_libslurm();
   DbConn db;
-  if (!db.get())
-    return R::failure("cannot connect to slurmdbd (" + db.error() +
-                      "): is slurmdbd up, and AccountingStorageHost right in slurm.conf?");
   std::map<uint32_t, Tres> tres;
-  if (!load_tres(db.get(), &tres))
-    return R::failure("slurmdbd did not list its TRES (slurmdb_tres_get failed)");
+  if (std::string problem = connect_and_load_tres(db, &tres); !problem.empty())
+    return R::failure(problem);
   names->clear();
   for (const auto& [id, t] : tres) (*names)[id] = TresName{t.type, t.name};
 
