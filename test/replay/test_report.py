@@ -1,0 +1,340 @@
+"""tools/replay/report.py on small hand-made run directories whose KPIs
+are worked out by hand in the comments."""
+import copy
+import csv
+import json
+import os
+
+import pytest
+
+from tools.replay import report as R
+from tools.replay import workload as W
+
+import toy_cluster
+
+# One trace hour at k=10: wall [1000, 1360], 8 GPUs (2880 wall GPU-seconds).
+META = {"config": "planc", "run": 1, "k": 10, "t0": 1000, "end": 1360, "gpus_total": 8,
+        "workload": "workload.csv"}
+
+# name, job_id, tier, gpus, submit, eligible, first_start, end, final_state, restarts
+JOBS = [
+    ("w000001", 11, "P2", 2, 1000, 1000, 1000, 1250, "COMPLETED", 1),  # preempted once by w000002
+    ("w000002", 12, "P0", 4, 1095, 1095, 1100, 1300, "COMPLETED", 0),  # waits 5 s: in the SLA
+    ("w000003", 13, "P0", 1, 1200, 1200, 1250, 1360, "CANCELLED", 0),  # waits 50 s: misses it
+    ("w000004", 14, "P3", 2, 1000, 1000, 1010, 1360, "CANCELLED", 1),  # preempted, then pending
+    ("w000005", 15, "P3", 1, 1000, 1000, "", 1360, "CANCELLED", 0),    # never started
+    ("w000006", 16, "P1", 1, 1020, 1020, 1030, 1090, "COMPLETED", 0),
+    ("w000007", 17, "P3", 1, 1000, 1000, 1000, 1360, "CANCELLED", 0),  # runs to the end
+]
+PRE = "preempted: unfinished preempted time is not billed"
+# job_id, segment, tier, start, end, state, gpu_cards, amount_micros, zero_reason
+BILLS = [
+    (11, 0, "P2", 1000, 1100, "PREEMPTED", 2, 0, PRE),
+    (11, 1, "P2", 1150, 1250, "COMPLETED", 2, 100, ""),
+    (12, 0, "P0", 1100, 1300, "COMPLETED", 4, 1000, ""),
+    (13, 0, "P0", 1250, 1360, "CANCELLED", 1, 200, ""),
+    (14, 0, "P3", 1010, 1100, "PREEMPTED", 2, 0, PRE),
+    (14, 1, "P3", 1360, 1360, "CANCELLED", 2, 0, "never ran"),
+    (15, 0, "P3", 1360, 1360, "CANCELLED", 1, 0, "never ran"),
+    (16, 0, "P1", 1030, 1090, "COMPLETED", 1, 50, ""),
+    (17, 0, "P3", 1000, 1360, "CANCELLED", 1, 300, ""),
+]
+
+
+def write_run(d, meta=META, jobs=JOBS, bills=BILLS, sacct=None):
+    """A run directory from the rows above; card_seconds = cards x length,
+    slurmdbd's runs = the bills' (sacct's "CANCELLED by 0" kept as it is)."""
+    bill_rows = [(job_id, seg, tier, start, end, state, cards, cards * (end - start), micros, zero)
+                 for job_id, seg, tier, start, end, state, cards, micros, zero in bills]
+    if sacct is None:
+        sacct = [(b[0], b[3], b[4], b[5] if b[5] != "CANCELLED" else "CANCELLED by 0")
+                 for b in bills if b[8] != "never ran"]
+    workload = [W.Job(j[0], 0.0, 10.0, float(j[3]), 1, 0, j[2], j[2] == "P2") for j in jobs]
+    return toy_cluster.write_run_dir(d, meta, jobs, bill_rows, sacct, workload)
+
+
+@pytest.fixture
+def basic(tmp_path):
+    return write_run(str(tmp_path / "planc-1"))
+
+
+def test_kpis_by_hand(basic):
+    k = R.compute_kpis(R.Run(basic))
+    # SLA (wall 40 s): P0 w000002 waited 5 s, w000003 50 s -> 1 of 2; P1 1 of 1.
+    assert k["p0_sla"] == 0.5 and k["p1_sla"] == 1.0
+    assert k["p0_start_p99_wall"] == 50
+    # P2 mean run: two P2 segments of 100 s wall = 1000 s trace each.
+    assert k["p2_mean_run_h"] == pytest.approx(1000 / 3600)
+    assert (k["p2_segments"], k["p2_segments_preempted"]) == (2, 1)
+    # P3, the one trace hour: 1 preempted (w000004) over 2 runs ended in it
+    # (w000004's, and w000007's cancelled at the end); nothing running after.
+    assert k["p3_rate_by_hour"] == [0.5]
+    assert k["p3_preempt_rate_mean"] == 0.5 and k["p3_preempt_rate_worst"] == 0.5
+    assert k["p2_preempt_24h_max"] == 1 and k["p2_preempt_24h_p99"] == 1
+    # Utilisation: 400 + 800 + 110 + 180 + 60 + 360 = 1910 of 2880 GPU-s.
+    assert k["utilisation"] == pytest.approx(1910 / 2880)
+    assert k["utilisation_by_tier"]["P0"] == pytest.approx(910 / 2880)
+    # P0+P1 peak: w000002 (4) and w000003 (1) overlap in 1250-1300 -> 5 of 8.
+    assert k["guaranteed_peak_share"] == pytest.approx(5 / 8)
+    # Waits in trace seconds (x10), nearest-rank percentiles.
+    assert (k["wait_p50_P0"], k["wait_p99_P0"]) == (50, 500)
+    assert (k["wait_p50_P3"], k["wait_p99_P3"]) == (0, 100)
+    assert k["wait_p50_P1"] == 100
+    # The longest P3 wait: w000005 never started, 360 s wall to the end.
+    assert k["p3_longest_wait"] == 3600 and k["p3_longest_wait_never_started"]
+    # Lost: 2 GPUs x 1000 s (P2) + 2 GPUs x 900 s (P3) of trace time.
+    assert k["lost_gpu_hours_by_tier"]["P2"] == pytest.approx(2000 / 3600)
+    assert k["lost_gpu_hours"] == pytest.approx(3800 / 3600)
+    # Revenue: 1650 micro-units billed, x k.
+    assert k["revenue"] == pytest.approx(0.0165)
+    assert k["revenue_by_tier"]["P0"] == pytest.approx(0.012)
+    assert k["p0_never_started"] == 0 and k["jobs"] == 7 and k["segments"] == 7
+
+
+def test_brief_example_one_p2_preempted_after_100s(tmp_path):
+    # One P2 job preempted once after 100 s at k=10: P2 mean run 1000 s trace.
+    jobs = [("w000001", 1, "P2", 1, 1000, 1000, 1000, 1100, "PREEMPTED", 0)]
+    bills = [(1, 0, "P2", 1000, 1100, "PREEMPTED", 1, 0, PRE)]
+    d = write_run(str(tmp_path / "r"), jobs=jobs, bills=bills)
+    k = R.compute_kpis(R.Run(d))
+    assert k["p2_mean_run_h"] * 3600 == pytest.approx(1000)
+    assert k["p0_sla"] is None and k["p3_preempt_rate_mean"] is None  # no 0/0
+    assert R.check_consistency(d) == []
+
+
+def test_basic_run_is_consistent(basic):
+    assert R.check_consistency(basic) == []
+
+
+def test_held_jobs_leave_the_sla_as_the_metric_does(tmp_path):
+    jobs = [list(j) + [""] for j in JOBS]
+    jobs[2][-1] = "limit"  # w000003 pended on the 80% cap: not counted
+    cols = R.JOB_COLUMNS + ("held_reason",)
+    d = write_run(str(tmp_path / "r"))
+    with open(os.path.join(d, "jobs.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        w.writerows(jobs)
+    k = R.compute_kpis(R.Run(d))
+    assert k["p0_sla"] == 1.0 and k["p0_sla_all"] == 0.5 and k["p0_sla_counted"] == 1
+
+
+def test_free_attempt_counts_as_p2_run_and_p3_job(tmp_path):
+    # A P3 job upgraded to a free P2 attempt (the bill says P2, free) and
+    # preempted: a P2 run segment, but a P3 job's preemption per job.
+    jobs = [("w000001", 1, "P3", 1, 1000, 1000, 1000, 1360, "CANCELLED", 1)]
+    bills = [(1, 0, "P2", 1000, 1200, "PREEMPTED", 1, 0, PRE),
+             (1, 1, "P3", 1360, 1360, "CANCELLED", 1, 0, "never ran")]
+    d = write_run(str(tmp_path / "r"), jobs=jobs, bills=bills)
+    k = R.compute_kpis(R.Run(d))
+    assert k["p2_segments"] == 1 and k["p2_preempt_24h_max"] is None
+    assert k["preemptions_per_job"]["P3"] == [1]
+    assert R.check_consistency(d) == []
+
+
+def test_preemptions_in_any_24h_window(tmp_path):
+    # k=60: a trace day is 1440 wall s.  Preemptions end at 100, 200, 1500
+    # and 1600 wall s after t0: [100, 1540) holds 3, [200, 1640) holds 3.
+    meta = dict(META, k=60, end=1000 + 3000)
+    ends = [1100, 1200, 2500, 2600]
+    starts = [1000, 1150, 2400, 2550]
+    bills = [(1, i, "P2", s, e, "PREEMPTED", 1, 0, PRE) for i, (s, e) in enumerate(zip(starts, ends))]
+    bills.append((1, 4, "P2", 2700, 2800, "COMPLETED", 1, 10, ""))
+    jobs = [("w000001", 1, "P2", 1, 1000, 1000, 1000, 2800, "COMPLETED", 4),
+            ("w000002", 2, "P2", 1, 1000, 1000, 1000, 1100, "COMPLETED", 0)]
+    bills.append((2, 0, "P2", 1000, 1100, "COMPLETED", 1, 10, ""))
+    d = write_run(str(tmp_path / "r"), meta=meta, jobs=jobs, bills=bills)
+    k = R.compute_kpis(R.Run(d))
+    assert k["p2_preempt_24h_max"] == 3
+    assert k["p2_preempt_24h_p99"] == 3 and sorted(k["preemptions_per_job"]["P2"]) == [0, 4]
+    # Segments by trace day (ends: day 0 up to 1440 s wall after t0).
+    assert sorted(k["p2_mean_run_h_by_day"]) == [0, 1]
+    assert R.check_consistency(d) == []
+    assert R.max_in_window([0, 10, 20, 100000], 86400) == 3
+    assert R.max_in_window([], 5) == 0
+
+
+def test_p3_rate_over_several_hours(tmp_path):
+    # k=3600: a trace hour is 1 wall s.  Hour 0 (1000, 1001]: nothing ends,
+    # one P3 run (A) running at 1001 -> 0/1.  Hour 1 (1001, 1002]: A ends
+    # preempted, B runs at 1002 -> 1/2.  Hour 2: B ends at 1003 -> 0/1.
+    # Hour 3 (1003, 1004]: no P3 run -> no value.
+    meta = dict(META, k=3600, end=1004)
+    jobs = [("w000001", 1, "P3", 1, 1000, 1000, 1000, 1002, "PREEMPTED", 0),
+            ("w000002", 2, "P3", 1, 1000, 1000, 1001, 1003, "COMPLETED", 0)]
+    bills = [(1, 0, "P3", 1000, 1002, "PREEMPTED", 1, 0, PRE),
+             (2, 0, "P3", 1001, 1003, "COMPLETED", 1, 5, "")]
+    d = write_run(str(tmp_path / "r"), meta=meta, jobs=jobs, bills=bills)
+    k = R.compute_kpis(R.Run(d))
+    assert k["p3_rate_by_hour"] == [0.0, 0.5, 0.0, None]
+    assert k["p3_preempt_rate_mean"] == pytest.approx(0.5 / 3)
+    assert k["p3_preempt_rate_worst"] == 0.5
+
+
+def test_grace_ending_counts_as_preemption(tmp_path):
+    # Without jobcomp/planc's state, a victim that exited in its grace keeps
+    # COMPLETED; its bill's zero_reason still says preempted.
+    jobs = [("w000001", 1, "P2", 1, 1000, 1000, 1000, 1100, "COMPLETED", 0)]
+    bills = [(1, 0, "P2", 1000, 1100, "COMPLETED", 1, 0,
+              "preempted: completed during its grace; unfinished preempted time is not billed")]
+    d = write_run(str(tmp_path / "r"), jobs=jobs, bills=bills)
+    k = R.compute_kpis(R.Run(d))
+    assert k["lost_gpu_hours"] == pytest.approx(1000 / 3600)
+    assert k["preemptions_per_job"]["P2"] == [1]
+
+
+def test_inconsistent_run_lists_each_problem(tmp_path):
+    bills = copy.deepcopy(BILLS)
+    bills[4] = (14, 0, "P3", 1100, 1010, "PREEMPTED", 2, 0, PRE)   # ends before it starts
+    sacct = [(b[0], b[3], b[4], b[5]) for b in BILLS if b[8] != "never ran"]
+    del sacct[2]                                                    # job 12's run not in slurmdbd
+    sacct[0] = (11, 1000, 1100, "REQUEUED")                         # state differs
+    sacct.append((99, 1200, 1210, "COMPLETED"))                     # a run with no bill
+    jobs = JOBS[:-1]                                                # w000007 missing from jobs.csv
+    d = write_run(str(tmp_path / "bad"), jobs=jobs, bills=bills, sacct=sacct)
+    W.write_csv([W.Job(j[0], 0.0, 10.0, float(j[3]), 1, 0, j[2], False) for j in JOBS],
+                os.path.join(d, "workload.csv"))
+    # A bill whose card-seconds do not match its cards x length.
+    rows = list(csv.reader(open(os.path.join(d, "segments.csv"))))
+    rows[3][7] = "9999"  # job 12's card_seconds
+    with open(os.path.join(d, "segments.csv"), "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    problems = R.check_consistency(d)
+    text = "\n".join(problems)
+    assert "1 job(s) of the workload missing from jobs.csv: w000007" in text
+    assert "segments.csv: job 14 segment 0 ends before it starts" in text
+    assert "run of job 12 started 1100: billed, not in slurmdbd" in text
+    assert "run of job 99 started 1200: in slurmdbd, not billed" in text
+    assert "run of job 11 started 1000: bill says PREEMPTED, slurmdbd REQUEUED" in text
+    assert "segments.csv: job 12 segment 0: card_seconds 9999 but gpu_cards x length = 800" in text
+    assert "P0: bills' card-seconds" in text
+    assert "segments.csv: job 17 segment 0: job id not in jobs.csv" in text
+
+
+def test_restart_count_and_overallocation(tmp_path):
+    jobs = [list(j) for j in JOBS]
+    jobs[0][9] = 2  # Slurm says two requeues, the bills show one
+    meta = dict(META, gpus_total=6)  # 7 GPUs are in use in 1150-1250
+    d = write_run(str(tmp_path / "r"), meta=meta, jobs=jobs)
+    text = "\n".join(R.check_consistency(d))
+    assert "job w000001: 2 bill(s) but Slurm's restart count 2 says 3" in text
+    assert "7 GPUs allocated at 1150, the pool has 6" in text
+
+
+def test_market_mode_is_a_third_config_and_p2_revenue_is_its_bills(tmp_path):
+    d = write_run(str(tmp_path / "m"), meta=dict(META, config="planc-market"))
+    assert R.check_consistency(d) == []
+    k = R.compute_kpis(R.Run(d))
+    assert k["config"] == "planc-market"
+    assert k["revenue_P2"] == pytest.approx(k["revenue_by_tier"]["P2"])
+    bad = write_run(str(tmp_path / "x"), meta=dict(META, config="other"))
+    assert ("run.json: config 'other' is not one of stock, planc, planc-market"
+            in R.check_consistency(bad))
+    assert R.config_order(["planc-market", "planc", "stock"]) == ["stock", "planc",
+                                                                  "planc-market"]
+
+
+def test_refused_submissions_are_counted_not_missing(tmp_path):
+    d = write_run(str(tmp_path / "r"))
+    meta = json.load(open(os.path.join(d, "run.json")))
+    wl = os.path.join(d, meta.get("workload", "workload.csv"))
+    if not os.path.exists(wl):
+        pytest.skip("the fixture has no workload file")
+    with open(wl) as f:
+        first = f.readlines()[1].split(",")[0]
+    # Dropped from jobs.csv and refused: consistent, and the run says so.
+    rows = open(os.path.join(d, "jobs.csv")).readlines()
+    with open(os.path.join(d, "jobs.csv"), "w") as f:
+        f.writelines(r for r in rows if not r.startswith(first + ","))
+    assert any("missing from jobs.csv" in p for p in R.check_consistency(d))
+    meta["refused"] = {first: "sbatch: error: Socket timed out on send/recv operation"}
+    with open(os.path.join(d, "run.json"), "w") as f:
+        json.dump(meta, f)
+    assert not any("missing from jobs.csv" in p for p in R.check_consistency(d))
+
+
+def test_unreadable_run(tmp_path):
+    d = str(tmp_path / "r")
+    os.makedirs(d)
+    assert "run.json unreadable" in R.check_consistency(d)[0]
+    with open(os.path.join(d, "run.json"), "w") as f:
+        json.dump({"config": "stock"}, f)
+    assert "run.json lacks run, k, t0, end, gpus_total" in R.check_consistency(d)[0]
+    write_run(d)
+    os.remove(os.path.join(d, "sacct_segments.csv"))
+    assert "sacct_segments.csv: missing" in R.check_consistency(d)
+
+
+def test_compare_table_mean_spread_and_verdicts():
+    runs = [
+        {"config": "stock", "p0_sla": 0.990, "utilisation": 0.85, "p2_mean_run_h": 1.0},
+        {"config": "stock", "p0_sla": 0.996, "utilisation": 0.75, "p2_mean_run_h": 3.0},
+        {"config": "planc", "p0_sla": 1.0, "utilisation": 0.55, "p2_mean_run_h": 5.0},
+        {"config": "planc", "p0_sla": 0.999, "utilisation": 0.57, "p2_mean_run_h": None},
+    ]
+    md = R.compare(runs)
+    lines = {l.split(" | ")[0].lstrip("| "): l for l in md.splitlines()}
+    assert md.splitlines()[0].startswith("| KPI | target (alert) | stock (2 runs) | | planc (2 runs)")
+    assert lines["P0 SLA attainment (start <= 40 s wall)"] == (
+        "| P0 SLA attainment (start <= 40 s wall) | >= 99.90% (< 99.50%) | "
+        "99.30% (99.00% – 99.60%) | missed, alert | 99.95% (99.90% – 100.00%) | met |")
+    assert "| GPU utilisation | >= 80.00% (< 60.00%) | 80.00% (75.00% – 85.00%) | met | " \
+           "56.00% (55.00% – 57.00%) | missed, alert |" in md
+    # A run without a value is left out of the mean, not counted as 0.
+    assert "| P2 mean run (h) | >= 4.00 h (< 2.00 h) | 2.00 h (1.00 h – 3.00 h) | missed | " \
+           "5.00 h | met |" in md
+    assert R.verdict(0.995, (">=", 0.999), ("<", 0.995)) == "missed"  # strict, as the alerts
+    assert R.verdict(None, (">=", 0.999), None) == ""
+
+
+def test_cli_writes_report_and_plots(tmp_path):
+    dirs = []
+    for config in ("stock", "planc"):
+        for n in (1, 2):
+            dirs.append(write_run(str(tmp_path / f"{config}-{n}"),
+                                  meta=dict(META, config=config, run=n)))
+    out = str(tmp_path / "out")
+    assert R.main(dirs + ["--out", out]) == 0
+    md = open(os.path.join(out, "report.md")).read()
+    assert "| P0 SLA attainment (start <= 40 s wall) | >= 99.90% (< 99.50%) | 50.00% " in md
+    assert "### stock, run 2" in md and "### planc, run 1" in md
+    for png in ("gpus_in_use.png", "wait_cdf.png", "preemptions_per_job.png"):
+        data = open(os.path.join(out, png), "rb").read()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+        assert f"]({png})" in md
+    # A broken run: exit 3 and its problems in the report.
+    os.remove(os.path.join(dirs[0], "sacct_segments.csv"))
+    assert R.main(dirs + ["--out", out]) == 3
+    assert "sacct_segments.csv: missing" in open(os.path.join(out, "report.md")).read()
+
+
+def test_reference_workload_through_a_toy_cluster(tmp_path):
+    # The quick mode's shape end to end: workloads/reference.csv (100 jobs,
+    # 32 GPUs, 1 h) at k=20 through a toy scheduler, both configs twice.
+    here = os.path.dirname(os.path.abspath(__file__))
+    jobs = W.read_csv(os.path.join(here, "..", "..", "workloads", "reference.csv"))
+    dirs = [toy_cluster.simulate(jobs, str(tmp_path / f"{c}-{n}"), 20, 32, 1, config=c, run=n)
+            for c in ("stock", "planc") for n in (1, 2)]
+    for d in dirs:
+        assert R.check_consistency(d) == []
+    k = R.compute_kpis(R.Run(dirs[0]))
+    assert k["jobs"] == 100
+    assert 0.5 < k["utilisation"] <= 1.0
+    assert k["lost_gpu_hours"] > 0 and k["p3_preempt_rate_worst"] > 0  # offered load 1.24
+    assert k["guaranteed_peak_share"] <= 0.80
+    out = str(tmp_path / "out")
+    text, problems = R.write_report(dirs, out)
+    assert all(p == [] for p in problems.values())
+    assert "stock (2 runs)" in text and "planc (2 runs)" in text
+
+
+def test_guaranteed_job_submitted_in_the_last_40_s_is_not_never_started(tmp_path):
+    # Two P1 jobs never started: one eligible 300 s before the end (counted),
+    # one 10 s before it (no chance to start within the SLA: left out).
+    jobs = JOBS + [("w000008", 18, "P1", 1, 1060, 1060, "", 1360, "CANCELLED", 0),
+                   ("w000009", 19, "P1", 1, 1350, 1350, "", 1360, "CANCELLED", 0)]
+    bills = BILLS + [(18, 0, "P1", 1360, 1360, "CANCELLED", 1, 0, "never ran"),
+                     (19, 0, "P1", 1360, 1360, "CANCELLED", 1, 0, "never ran")]
+    d = write_run(str(tmp_path / "r"), jobs=jobs, bills=bills)
+    k = R.compute_kpis(R.Run(d))
+    assert k["p1_never_started"] == 1

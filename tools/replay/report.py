@@ -1,0 +1,868 @@
+"""planc-replay's report: section 9 KPIs, consistency checks, comparison, plots.
+
+    python3 -m tools.replay.report RUN_DIR... --out DIR
+
+reads one directory per replay run (the cluster-driving half writes them)
+and writes DIR/report.md and DIR/*.png.  Exit status 0, or 3 when a run
+has consistency problems (they are listed in report.md and on stderr).
+
+== Inputs: one run directory ==============================================
+
+All times are wall-clock epoch seconds (int or float); the report turns
+durations into trace time by multiplying by k.  CSV files have a header
+line with these names (in any order; other columns are ignored).
+
+run.json
+    {"config": "stock" | "planc",      which configuration ran
+     "run": 1,                         repetition of that config (1, 2, ...)
+     "k": 20,                          time compression factor
+     "t0": 1796064738.0,               wall epoch of trace time 0
+     "end": 1796064918.0,              wall epoch the measurement stops:
+                                       every KPI covers [t0, end]; the
+                                       driver cancels what still runs then
+     "gpus_total": 32,                 GPUs in the pool
+     "workload": "workload.csv",       optional: the workload replayed
+                                       (tools.replay.workload CSV; relative
+                                       to the run dir); every job of it must
+                                       appear in jobs.csv
+     "sla_seconds": 40,                optional: SlaStartSeconds, wall s
+     "guaranteed_cap_percent": 80,     optional: GuaranteedCapPercent
+     "currency": "CNY"}                optional: planc.conf Currency
+
+jobs.csv: one row per job of the workload that was submitted
+    name         the workload's job name (w000001), unique
+    job_id       Slurm's job id, unique
+    tier         the tier the job was submitted in (P0..P3); a P3 job on
+                 its free P2 attempt is still P3 here
+    gpus         GPU cards asked for (float)
+    submit       when the driver submitted it
+    eligible     Slurm's EligibleTime of its first run (empty: = submit)
+    first_start  start of its first run (empty if it never ran)
+    end          end of its last run (empty if it has not ended)
+    final_state  Slurm's state at the end of the replay (COMPLETED,
+                 CANCELLED, PREEMPTED, FAILED, TIMEOUT, PENDING, RUNNING...)
+    restarts     Slurm's restart count (requeues)
+    held_reason  optional: empty, or why the job was held back by its own
+                 limits before its first start, as planc-exporter's
+                 planc_guaranteed_starts_excluded_total reason says
+                 (held, dependency, begin_time, limit); such P0/P1 jobs are
+                 left out of the SLA as the README's metric does
+
+segments.csv: one row per bill in planc.bill (jobcomp/planc bills both
+    configurations), i.e. one per run segment
+    job_id, segment (Slurm's restart count at the run), tier (the tier it
+    ran as: a free P2 attempt is P2), start, end, state (COMPLETED,
+    PREEMPTED, REQUEUED, CANCELLED, FAILED, TIMEOUT, NODE_FAIL...),
+    gpu_cards (float), card_seconds, amount_micros, zero_reason
+    A bill whose zero_reason is "never ran" (cancelled while pending) is
+    not a run: the KPIs and the slurmdbd comparison leave it out, but the
+    check counts it: once a job has ended its bills number its restart
+    count + 1.  The driver cancels, at `end`, every job still running or
+    pending, so every run has ended and has its bill.
+
+sacct_segments.csv: the same runs as slurmdbd has them, from
+    `sacct -a -D -X -P -n --noconvert -o JobIDRaw,Start,End,State` with
+    SLURM_TIME_FORMAT=%s, runs that never started left out
+    job_id, start, end, state (only its first word is compared:
+    "CANCELLED by 0" is CANCELLED)
+
+== KPIs: the README's definitions (Metrics, Alerts), over [t0, end] =========
+
+- P0/P1 SLA attainment: guaranteed jobs that started within SlaStartSeconds
+  of becoming eligible, over those that started and count for the SLA
+  (planc_guaranteed_starts_within_sla_total / planc_guaranteed_starts_total;
+  jobs held back by their own limits left out).  The 40 s are *wall*
+  seconds: a scheduler latency does not scale with k (workload.py).  Also
+  shown: the same counting every started job, and guaranteed jobs that
+  never started although eligible for at least those seconds before the
+  window ended (the metric cannot see those).
+- P2 mean run: the mean length of P2 run segments that ended (preempted
+  ones included), by the tier they ran as (planc:p2_mean_run_seconds:24h),
+  over the whole replay; also per trace day.  Runs the driver cancels at
+  `end` count as they ended, as the exporter would count them, so a short
+  replay of long jobs reads low.
+- P3 preemption rate per hour: per trace hour, P3 preemptions (segments
+  that ended preempted) over P3 runs that ended in the hour plus P3 runs
+  running at its end (planc:p3_preemption_rate:ratio_1h and
+  planc:p3_jobs_ran:1h); an hour with no P3 run has no value, not 0.  Mean
+  and worst hour.
+- Preemptions per P2 job in 24 h: per job submitted in P2, the most of its
+  preemptions (segment ends) inside any 24 h trace window
+  (planc_preemptions_per_job_24h_max; a starved P3 job is P3 there); the
+  max and the p99 over P2 jobs that ran.
+- Utilisation: GPU-seconds allocated over GPU-seconds in the pool
+  (planc:gpu_utilisation:avg_1h), with fractional cards by their share
+  (the bill's gpu_cards).
+- Wait per tier: first start - eligible, trace seconds, p50 and p99 over
+  jobs that started (percentiles: nearest rank); the longest P3 wait
+  counts a job that never started up to `end`.
+- Lost GPU-hours: gpu_cards x length of preempted segments (the README's
+  "unfinished preempted time"), per tier; P2 jobs checkpoint, so theirs is
+  lost runtime rather than lost work.
+- Revenue: sum of amount_micros (both configs are billed by jobcomp/planc
+  at the same prices), times k for trace time.
+A segment counts as preempted when its state is PREEMPTED or its bill's
+zero_reason starts with "preempted" (a victim that ended in its grace).
+"""
+
+import csv
+import json
+import math
+import os
+import sys
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+TIERS = ("P0", "P1", "P2", "P3")
+CONFIG_ORDER = ("stock", "planc", "planc-market")
+JOB_COLUMNS = ("name", "job_id", "tier", "gpus", "submit", "eligible", "first_start", "end",
+               "final_state", "restarts")
+SEGMENT_COLUMNS = ("job_id", "segment", "tier", "start", "end", "state", "gpu_cards",
+                   "card_seconds", "amount_micros", "zero_reason")
+SACCT_COLUMNS = ("job_id", "start", "end", "state")
+RUN_KEYS = ("config", "run", "k", "t0", "end", "gpus_total")
+NEVER_RAN = "never ran"
+HOUR, DAY = 3600.0, 86400.0
+
+
+class Problem(Exception):
+    """A run directory that cannot be read at all."""
+
+
+# --- reading a run -------------------------------------------------------
+
+
+def _num(s: str) -> Optional[float]:
+    s = (s or "").strip()
+    return float(s) if s else None
+
+
+def _read_csv(path: str, columns: Sequence[str], problems: List[str]) -> List[Dict[str, str]]:
+    name = os.path.basename(path)
+    if not os.path.exists(path):
+        problems.append(f"{name}: missing")
+        return []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            problems.append(f"{name}: columns missing: {', '.join(missing)}")
+            return []
+        return list(reader)
+
+
+class Run:
+    """One replay run, read from its directory.  `problems` holds what could
+    not be read; check_consistency adds the rest."""
+
+    def __init__(self, run_dir: str):
+        self.dir = run_dir
+        self.problems: List[str] = []
+        try:
+            with open(os.path.join(run_dir, "run.json")) as f:
+                self.meta = json.load(f)
+        except (OSError, ValueError) as e:
+            raise Problem(f"{run_dir}: run.json unreadable: {e}") from None
+        missing = [k for k in RUN_KEYS if k not in self.meta]
+        if missing:
+            raise Problem(f"{run_dir}: run.json lacks {', '.join(missing)}")
+        self.config = str(self.meta["config"])
+        self.run = int(self.meta["run"])
+        self.k = float(self.meta["k"])
+        self.t0 = float(self.meta["t0"])
+        self.end = float(self.meta["end"])
+        self.gpus_total = float(self.meta["gpus_total"])
+        self.sla = float(self.meta.get("sla_seconds", 40))
+        self.cap_percent = float(self.meta.get("guaranteed_cap_percent", 80))
+        self.currency = str(self.meta.get("currency", "CNY"))
+        if self.k <= 0 or self.end <= self.t0 or self.gpus_total <= 0:
+            raise Problem(f"{run_dir}: run.json needs k > 0, end > t0 and gpus_total > 0")
+
+        self.jobs: List[Dict] = []
+        for n, r in enumerate(_read_csv(os.path.join(run_dir, "jobs.csv"), JOB_COLUMNS,
+                                        self.problems), start=2):
+            try:
+                self.jobs.append({
+                    "name": r["name"], "job_id": r["job_id"].strip(), "tier": r["tier"],
+                    "gpus": float(r["gpus"]), "submit": float(r["submit"]),
+                    "eligible": _num(r["eligible"]) if _num(r["eligible"]) is not None
+                    else float(r["submit"]),
+                    "first_start": _num(r["first_start"]), "end": _num(r["end"]),
+                    "final_state": r["final_state"].split(" ")[0],
+                    "restarts": int(r["restarts"] or 0),
+                    "held_reason": (r.get("held_reason") or "").strip(),
+                })
+            except ValueError as e:
+                self.problems.append(f"jobs.csv:{n}: unreadable ({e})")
+
+        # All bills, and the runs among them (a "never ran" bill is no run).
+        self.bills: List[Dict] = []
+        for n, r in enumerate(_read_csv(os.path.join(run_dir, "segments.csv"), SEGMENT_COLUMNS,
+                                        self.problems), start=2):
+            try:
+                zero = (r["zero_reason"] or "").strip()
+                self.bills.append({
+                    "job_id": r["job_id"].strip(), "segment": int(r["segment"]),
+                    "tier": r["tier"], "start": float(r["start"]), "end": float(r["end"]),
+                    "state": r["state"].split(" ")[0], "gpu_cards": float(r["gpu_cards"]),
+                    "card_seconds": float(r["card_seconds"]),
+                    "amount_micros": int(float(r["amount_micros"] or 0)), "zero_reason": zero,
+                    "preempted": r["state"].startswith("PREEMPTED") or zero.startswith("preempted"),
+                })
+            except ValueError as e:
+                self.problems.append(f"segments.csv:{n}: unreadable ({e})")
+        self.segments = [b for b in self.bills if b["zero_reason"] != NEVER_RAN]
+
+        self.sacct: List[Dict] = []
+        for n, r in enumerate(_read_csv(os.path.join(run_dir, "sacct_segments.csv"),
+                                        SACCT_COLUMNS, self.problems), start=2):
+            try:
+                self.sacct.append({"job_id": r["job_id"].strip(), "start": float(r["start"]),
+                                   "end": float(r["end"]), "state": r["state"].split(" ")[0]})
+            except ValueError as e:
+                self.problems.append(f"sacct_segments.csv:{n}: unreadable ({e})")
+
+    def trace(self, wall_seconds: float) -> float:
+        """A wall duration in trace seconds."""
+        return wall_seconds * self.k
+
+    def clip(self, start: float, end: float) -> float:
+        """Wall seconds of [start, end] inside the run's window [t0, end]."""
+        return max(0.0, min(end, self.end) - max(start, self.t0))
+
+
+# --- small helpers -------------------------------------------------------
+
+
+def config_order(configs: Iterable[str]) -> List[str]:
+    """The configs present, stock then planc, then any other by name."""
+    present = set(configs)
+    return [c for c in CONFIG_ORDER if c in present] + sorted(present - set(CONFIG_ORDER))
+
+
+def percentile(values: Sequence[float], p: float) -> Optional[float]:
+    """Nearest-rank percentile (p in 0..100): the ceil(p/100 * n)-th smallest."""
+    if not values:
+        return None
+    v = sorted(values)
+    return v[max(0, min(len(v) - 1, math.ceil(p / 100.0 * len(v)) - 1))]
+
+
+def _mean(values: Sequence[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
+def max_in_window(times: Sequence[float], width: float) -> int:
+    """The most of `times` inside any window [t, t + width)."""
+    ts, best, lo = sorted(times), 0, 0
+    for hi, t in enumerate(ts):
+        while ts[lo] <= t - width:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+def timeline(run: Run) -> Tuple[List[float], Dict[str, List[float]]]:
+    """GPUs allocated per tier (ran as) as a step function over [t0, end]:
+    times (wall) and, per tier, the value from each time to the next."""
+    events: Dict[float, Dict[str, float]] = {}
+    for s in run.segments:
+        a, b = max(s["start"], run.t0), min(s["end"], run.end)
+        if b <= a or s["tier"] not in TIERS:
+            continue
+        events.setdefault(a, {}).setdefault(s["tier"], 0.0)
+        events[a][s["tier"]] += s["gpu_cards"]
+        events.setdefault(b, {}).setdefault(s["tier"], 0.0)
+        events[b][s["tier"]] -= s["gpu_cards"]
+    times = sorted(set(events) | {run.t0, run.end})
+    level = {t: 0.0 for t in TIERS}
+    values: Dict[str, List[float]] = {t: [] for t in TIERS}
+    for t in times:
+        for tier, d in events.get(t, {}).items():
+            level[tier] += d
+        for tier in TIERS:
+            values[tier].append(max(0.0, level[tier]) if abs(level[tier]) > 1e-9 else 0.0)
+    return times, values
+
+
+def timeline_gpu_seconds(times: Sequence[float], values: Dict[str, List[float]]) -> Dict[str, float]:
+    return {tier: sum(values[tier][i] * (times[i + 1] - times[i]) for i in range(len(times) - 1))
+            for tier in TIERS}
+
+
+# --- KPIs ------------------------------------------------------------------
+
+
+def compute_kpis(run: Run) -> Dict[str, object]:
+    """The KPIs of one run (module comment); None where there is nothing to
+    compute over, never 0/0."""
+    k = run.k
+    out: Dict[str, object] = {"config": run.config, "run": run.run}
+    jobs_by_id = {j["job_id"]: j for j in run.jobs}
+
+    # SLA attainment (wall seconds, see module comment).
+    for tier in ("P0", "P1"):
+        started = [j for j in run.jobs if j["tier"] == tier and j["first_start"] is not None]
+        counted = [j for j in started if not j["held_reason"]]
+        lat = [j["first_start"] - j["eligible"] for j in counted]
+        lat_all = [j["first_start"] - j["eligible"] for j in started]
+        within = sum(1 for x in lat if x <= run.sla)
+        out[f"{tier.lower()}_sla"] = within / len(counted) if counted else None
+        out[f"{tier.lower()}_sla_all"] = (sum(1 for x in lat_all if x <= run.sla) / len(started)
+                                          if started else None)
+        out[f"{tier.lower()}_sla_counted"] = len(counted)
+        out[f"{tier.lower()}_start_p99_wall"] = percentile(lat_all, 99)
+        # Never started although eligible for at least the SLA's seconds
+        # before the window ended (a job submitted in the last 40 s had no
+        # chance: it is left out).
+        out[f"{tier.lower()}_never_started"] = sum(
+            1 for j in run.jobs if j["tier"] == tier and j["first_start"] is None
+            and (j["eligible"] if j["eligible"] is not None else j["submit"]) + run.sla <= run.end)
+
+    # P2 mean run: segments that ran as P2 and ended (all of them end: the
+    # driver cancels what runs at `end`), preempted ones included.
+    p2 = [s for s in run.segments if s["tier"] == "P2"]
+    out["p2_mean_run_h"] = (_mean([run.trace(s["end"] - s["start"]) for s in p2]) / HOUR
+                            if p2 else None)
+    out["p2_segments"] = len(p2)
+    out["p2_segments_preempted"] = sum(1 for s in p2 if s["preempted"])
+    per_day: Dict[int, List[float]] = {}
+    for s in p2:
+        per_day.setdefault(int(run.trace(s["end"] - run.t0) // DAY), []).append(
+            run.trace(s["end"] - s["start"]))
+    out["p2_mean_run_h_by_day"] = {d: _mean(v) / HOUR for d, v in sorted(per_day.items())}
+
+    # P3 preemption rate per trace hour.
+    p3 = [s for s in run.segments if s["tier"] == "P3"]
+    hour_w = HOUR / k
+    hours = max(1, math.ceil((run.end - run.t0) / hour_w - 1e-9))
+    rates = []
+    for h in range(hours):
+        a, b = run.t0 + h * hour_w, min(run.t0 + (h + 1) * hour_w, run.end)
+        # Ends in (a, b] as Prometheus's increase() over the hour ending at b.
+        ended = [s for s in p3 if a < s["end"] <= b]
+        running = sum(1 for s in p3 if s["start"] <= b < s["end"])
+        ran = len(ended) + running
+        if ran:
+            rates.append(sum(1 for s in ended if s["preempted"]) / ran)
+        else:
+            rates.append(None)
+    valued = [r for r in rates if r is not None]
+    out["p3_rate_by_hour"] = rates
+    out["p3_preempt_rate_mean"] = _mean(valued)
+    out["p3_preempt_rate_worst"] = max(valued) if valued else None
+
+    # Preemptions per P2 job (the tier it was submitted in) in any 24 h.
+    preempt_ends: Dict[str, List[float]] = {}
+    ran_ids = set()
+    for s in run.segments:
+        ran_ids.add(s["job_id"])
+        if s["preempted"]:
+            preempt_ends.setdefault(s["job_id"], []).append(s["end"])
+    per_job = {tier: [max_in_window(preempt_ends.get(j["job_id"], []), DAY / k)
+                      for j in run.jobs if j["tier"] == tier and j["job_id"] in ran_ids]
+               for tier in TIERS}
+    out["p2_preempt_24h_max"] = max(per_job["P2"]) if per_job["P2"] else None
+    out["p2_preempt_24h_p99"] = percentile(per_job["P2"], 99)
+    out["preemptions_per_job"] = {tier: [len(preempt_ends.get(j["job_id"], []))
+                                         for j in run.jobs
+                                         if j["tier"] == tier and j["job_id"] in ran_ids]
+                                  for tier in TIERS}
+
+    # Utilisation, and the guaranteed tiers' peak share (the 80% cap).
+    times, values = timeline(run)
+    gsec = timeline_gpu_seconds(times, values)
+    pool = run.gpus_total * (run.end - run.t0)
+    out["utilisation"] = sum(gsec.values()) / pool
+    out["utilisation_by_tier"] = {t: gsec[t] / pool for t in TIERS}
+    out["guaranteed_peak_share"] = max(
+        (values["P0"][i] + values["P1"][i]) / run.gpus_total for i in range(len(times)))
+
+    # Waits, trace seconds.
+    for tier in TIERS:
+        waits = [run.trace(j["first_start"] - j["eligible"]) for j in run.jobs
+                 if j["tier"] == tier and j["first_start"] is not None]
+        out[f"wait_p50_{tier}"] = percentile(waits, 50)
+        out[f"wait_p99_{tier}"] = percentile(waits, 99)
+        out[f"waits_{tier}"] = waits
+    longest, never = None, False
+    for j in run.jobs:
+        if j["tier"] != "P3":
+            continue
+        w = run.trace((j["first_start"] if j["first_start"] is not None else run.end)
+                      - j["eligible"])
+        if longest is None or w > longest:
+            longest, never = w, j["first_start"] is None
+    out["p3_longest_wait"] = longest
+    out["p3_longest_wait_never_started"] = never
+
+    # Lost GPU-hours and revenue.
+    lost = {t: sum(s["gpu_cards"] * run.trace(s["end"] - s["start"]) for s in run.segments
+                   if s["preempted"] and s["tier"] == t) / HOUR for t in TIERS}
+    out["lost_gpu_hours_by_tier"] = lost
+    out["lost_gpu_hours"] = sum(lost.values())
+    out["lost_gpu_hours_P2"], out["lost_gpu_hours_P3"] = lost["P2"], lost["P3"]
+    rev = {t: sum(b["amount_micros"] for b in run.bills if b["tier"] == t) * k / 1e6 for t in TIERS}
+    out["revenue_by_tier"] = rev
+    out["revenue"] = sum(b["amount_micros"] for b in run.bills) * k / 1e6
+    out["revenue_P2"] = rev["P2"]
+    out["jobs"] = len(run.jobs)
+    out["segments"] = len(run.segments)
+    out["unknown_jobs_in_segments"] = sum(1 for s in run.segments if s["job_id"] not in jobs_by_id)
+    return out
+
+
+# --- consistency -----------------------------------------------------------
+
+
+def check_consistency(run_dir: str) -> List[str]:
+    """Everything that does not add up in a run directory, as sentences.
+    Empty when the run is complete and internally consistent."""
+    try:
+        run = Run(run_dir)
+    except Problem as e:
+        return [str(e)]
+    problems = list(run.problems)
+    if run.config not in CONFIG_ORDER:
+        problems.append(f"run.json: config {run.config!r} is not one of {', '.join(CONFIG_ORDER)}")
+
+    # Jobs.
+    names, ids = set(), set()
+    for j in run.jobs:
+        if j["name"] in names:
+            problems.append(f"jobs.csv: job name {j['name']} twice")
+        if j["job_id"] in ids:
+            problems.append(f"jobs.csv: job id {j['job_id']} twice")
+        names.add(j["name"])
+        ids.add(j["job_id"])
+        if j["tier"] not in TIERS:
+            problems.append(f"jobs.csv: job {j['name']}: tier {j['tier']!r} is not P0..P3")
+        # Slurm keeps whole seconds; the driver's submit may be a fraction later.
+        if j["eligible"] < j["submit"] - 1:
+            problems.append(f"jobs.csv: job {j['name']}: eligible before it was submitted")
+        if j["first_start"] is not None and j["first_start"] < j["eligible"] - 1:
+            problems.append(f"jobs.csv: job {j['name']}: started before it was eligible")
+        if j["first_start"] is not None and j["end"] is not None and j["end"] < j["first_start"]:
+            problems.append(f"jobs.csv: job {j['name']}: ends before it starts")
+    workload = run.meta.get("workload")
+    if workload:
+        path = workload if os.path.isabs(workload) else os.path.join(run_dir, workload)
+        try:
+            from tools.replay.workload import read_csv
+            # A submission Slurm refused (run.json's "refused": name ->
+            # sbatch's message) has no job id, so no row: counted there.
+            refused = run.meta.get("refused") or {}
+            missing = [w.name for w in read_csv(path) if w.name not in names
+                       and w.name not in refused]
+            if missing:
+                problems.append(f"{len(missing)} job(s) of the workload missing from jobs.csv: "
+                                + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
+        except (OSError, ValueError) as e:
+            problems.append(f"workload {workload}: unreadable ({e})")
+
+    # Bills, one by one.
+    by_job: Dict[str, List[Dict]] = {}
+    bills_per_job: Dict[str, int] = {}
+    for b in run.bills:
+        bills_per_job[b["job_id"]] = bills_per_job.get(b["job_id"], 0) + 1
+        key = f"job {b['job_id']} segment {b['segment']}"
+        if b["end"] < b["start"]:
+            problems.append(f"segments.csv: {key} ends before it starts")
+        if b["tier"] not in TIERS:
+            problems.append(f"segments.csv: {key}: tier {b['tier']!r} is not P0..P3")
+        if b["amount_micros"] < 0:
+            problems.append(f"segments.csv: {key}: negative amount")
+        if b["amount_micros"] == 0 and not b["zero_reason"]:
+            problems.append(f"segments.csv: {key}: a bill of 0 without a zero_reason")
+        if b["zero_reason"] == NEVER_RAN:
+            continue
+        expect = b["gpu_cards"] * (b["end"] - b["start"])
+        if abs(b["card_seconds"] - expect) > b["gpu_cards"] + 1e-6:
+            problems.append(f"segments.csv: {key}: card_seconds {b['card_seconds']:g} but "
+                            f"gpu_cards x length = {expect:g}")
+        if b["start"] < run.t0 - 1:
+            problems.append(f"segments.csv: {key} starts before t0")
+        if b["job_id"] not in ids:
+            problems.append(f"segments.csv: {key}: job id not in jobs.csv")
+        by_job.setdefault(b["job_id"], []).append(b)
+
+    # Bills against jobs: segment numbers, overlaps, first start, restarts.
+    for j in run.jobs:
+        segs = sorted(by_job.get(j["job_id"], []), key=lambda s: s["start"])
+        # One bill per run, plus a "never ran" one when a job ends pending
+        # (cancelled at the end of the replay, say): restarts + 1 in all.
+        n_bills = bills_per_job.get(j["job_id"], 0)
+        if j["final_state"] not in ("PENDING", "RUNNING", "REQUEUED") and \
+                n_bills != j["restarts"] + 1:
+            problems.append(f"job {j['name']}: {n_bills} bill(s) but Slurm's restart count "
+                            f"{j['restarts']} says {j['restarts'] + 1}")
+        if j["first_start"] is None:
+            if segs:
+                problems.append(f"job {j['name']}: never started in jobs.csv but has run segments")
+            continue
+        if not segs:
+            problems.append(f"job {j['name']}: started but has no bill")
+            continue
+        if abs(segs[0]["start"] - j["first_start"]) > 1:
+            problems.append(f"job {j['name']}: first start {j['first_start']:.0f} but its first "
+                            f"bill starts at {segs[0]['start']:.0f}")
+        numbers = sorted(s["segment"] for s in segs)
+        if len(set(numbers)) != len(numbers):
+            problems.append(f"job {j['name']}: a segment number billed twice: {numbers}")
+        for a, b in zip(segs, segs[1:]):
+            if b["start"] < a["end"]:
+                problems.append(f"job {j['name']}: segments {a['segment']} and {b['segment']} overlap")
+
+    # Bills against slurmdbd: the same runs, by job and start, same end and state.
+    bills = {(s["job_id"], int(round(s["start"]))): s for s in run.segments}
+    dbd = {(s["job_id"], int(round(s["start"]))): s for s in run.sacct}
+    if len(bills) != len(run.segments):
+        problems.append("segments.csv: two bills with the same job and start")
+    if len(dbd) != len(run.sacct):
+        problems.append("sacct_segments.csv: two runs with the same job and start")
+    for key in sorted(set(bills) - set(dbd)):
+        problems.append(f"run of job {key[0]} started {key[1]}: billed, not in slurmdbd")
+    for key in sorted(set(dbd) - set(bills)):
+        problems.append(f"run of job {key[0]} started {key[1]}: in slurmdbd, not billed")
+    for key in sorted(set(bills) & set(dbd)):
+        b, d = bills[key], dbd[key]
+        if abs(b["end"] - d["end"]) > 1:
+            problems.append(f"run of job {key[0]} started {key[1]}: bill ends {b['end']:.0f}, "
+                            f"slurmdbd {d['end']:.0f}")
+        if b["state"] != d["state"]:
+            problems.append(f"run of job {key[0]} started {key[1]}: bill says {b['state']}, "
+                            f"slurmdbd {d['state']}")
+    if len(run.segments) != len(run.sacct):
+        problems.append(f"{len(run.segments)} run segments billed, {len(run.sacct)} in slurmdbd")
+
+    # GPU-seconds add up: per tier, bills' card_seconds = cards x length =
+    # the allocation timeline's integral (window-clipped), and the tiers sum
+    # to the total; the pool is never over-allocated.
+    times, values = timeline(run)
+    gsec = timeline_gpu_seconds(times, values)
+    for tier in TIERS:
+        segs = [s for s in run.segments if s["tier"] == tier and s["end"] >= s["start"]]
+        billed = sum(s["card_seconds"] for s in segs)
+        length = sum(s["gpu_cards"] * (s["end"] - s["start"]) for s in segs)
+        clipped = sum(s["gpu_cards"] * run.clip(s["start"], s["end"]) for s in segs)
+        if abs(billed - length) > sum(s["gpu_cards"] for s in segs) + 1e-6:
+            problems.append(f"{tier}: bills' card-seconds {billed:g} != gpu_cards x length {length:g}")
+        if abs(gsec[tier] - clipped) > 1e-6 * max(1.0, clipped):
+            problems.append(f"{tier}: allocation timeline {gsec[tier]:g} GPU-s != segments {clipped:g}")
+    total_clipped = sum(s["gpu_cards"] * run.clip(s["start"], s["end"]) for s in run.segments
+                        if s["tier"] in TIERS and s["end"] >= s["start"])
+    if abs(sum(gsec.values()) - total_clipped) > 1e-6 * max(1.0, total_clipped):
+        problems.append("tiers' GPU-seconds do not add up to the total")
+    for i, t in enumerate(times):
+        used = sum(values[tier][i] for tier in TIERS)
+        if used > run.gpus_total + 1e-6:
+            problems.append(f"{used:g} GPUs allocated at {t:.0f}, the pool has {run.gpus_total:g}")
+            break
+    return problems
+
+
+# --- comparison -----------------------------------------------------------
+
+# (key, label, kind, target, alert): kind "ratio" prints %, "hours", "count",
+# "seconds" (trace), "money".  target/alert: (op, value) or None; the
+# sources are the README's Alerts table (policy section 9).
+KPIS = (
+    ("p0_sla", "P0 SLA attainment (start <= 40 s wall)", "ratio", (">=", 0.999), ("<", 0.995)),
+    ("p1_sla", "P1 SLA attainment (start <= 40 s wall)", "ratio", (">=", 0.999), ("<", 0.995)),
+    ("p0_sla_all", "P0 SLA, counting jobs held by limits", "ratio", None, None),
+    ("p1_sla_all", "P1 SLA, counting jobs held by limits", "ratio", None, None),
+    ("p0_never_started", "P0 jobs never started", "count", None, None),
+    ("p1_never_started", "P1 jobs never started", "count", None, None),
+    ("p2_mean_run_h", "P2 mean run (h)", "hours", (">=", 4.0), ("<", 2.0)),
+    ("p3_preempt_rate_mean", "P3 preemption rate, mean hour", "ratio", ("<=", 0.10), (">", 0.20)),
+    ("p3_preempt_rate_worst", "P3 preemption rate, worst hour", "ratio", ("<=", 0.10), (">", 0.20)),
+    ("p2_preempt_24h_max", "Preemptions per P2 job in 24 h, max", "count", ("<=", 3), (">", 5)),
+    ("p2_preempt_24h_p99", "Preemptions per P2 job in 24 h, p99", "count", ("<=", 3), (">", 5)),
+    ("utilisation", "GPU utilisation", "ratio", (">=", 0.80), ("<", 0.60)),
+    ("guaranteed_peak_share", "P0+P1 peak share of the GPUs (cap)", "ratio", ("<=", 0.80), None),
+) + tuple((f"wait_p{p}_{t}", f"Wait p{p} {t}", "seconds", None, None)
+         for t in TIERS for p in (50, 99)) + (
+    ("p3_longest_wait", "Longest P3 wait", "seconds", None, None),
+    ("lost_gpu_hours", "Lost GPU-hours (preempted segments)", "number", None, None),
+    ("lost_gpu_hours_P2", "Lost GPU-hours, P2 (checkpointed: lost runtime)", "number", None, None),
+    ("lost_gpu_hours_P3", "Lost GPU-hours, P3", "number", None, None),
+    ("revenue", "Revenue (trace time)", "money", None, None),
+    ("revenue_P2", "P2 revenue (trace time)", "money", None, None),
+)
+
+_OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b,
+        "<": lambda a, b: a < b, ">": lambda a, b: a > b}
+
+
+def _fmt(kind: str, v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    if kind == "ratio":
+        return f"{100 * v:.2f}%"
+    if kind == "hours":
+        return f"{v:.2f} h"
+    if kind == "count":
+        return f"{v:g}" if v == int(v) else f"{v:.1f}"
+    if kind == "seconds":
+        return f"{v / 3600:.2f} h" if v >= 3600 else f"{v:.0f} s"
+    return f"{v:,.2f}"
+
+
+def _fmt_limit(kind: str, lim) -> str:
+    if lim is None:
+        return ""
+    op, v = lim
+    return f"{op} {_fmt(kind, v)}"
+
+
+def verdict(value: Optional[float], target, alert) -> str:
+    """'met', 'missed', 'missed, alert' ("below"/"above" strict, as the
+    README's alerts), or '' without a target or a value."""
+    if target is None or value is None:
+        return ""
+    if _OPS[target[0]](value, target[1]):
+        return "met"
+    if alert is not None and _OPS[alert[0]](value, alert[1]):
+        return "missed, alert"
+    return "missed"
+
+
+def compare(runs: Sequence[Dict[str, object]]) -> str:
+    """A Markdown table: each KPI per config as mean (min-max over its runs),
+    the target, met or missed (judged on the mean)."""
+    configs = config_order(str(r["config"]) for r in runs)
+    head = "| KPI | target (alert) |"
+    rule = "|---|---|"
+    for c in configs:
+        n = sum(1 for r in runs if r["config"] == c)
+        head += f" {c} ({n} run{'s' if n != 1 else ''}) | |"
+        rule += "---|---|"
+    lines = [head, rule]
+    for key, label, kind, target, alert in KPIS:
+        lim = _fmt_limit(kind, target)
+        if alert:
+            lim += f" ({_fmt_limit(kind, alert)})"
+        row = f"| {label} | {lim} |"
+        for c in configs:
+            vals = [r[key] for r in runs if r["config"] == c and r.get(key) is not None]
+            if not vals:
+                row += " - | |"
+                continue
+            mean = sum(vals) / len(vals)
+            cell = _fmt(kind, mean)
+            if len(vals) > 1:
+                cell += f" ({_fmt(kind, min(vals))} – {_fmt(kind, max(vals))})"
+            row += f" {cell} | {verdict(mean, target, alert)} |"
+        lines.append(row)
+    return "\n".join(lines) + "\n"
+
+
+# --- plots -----------------------------------------------------------------
+
+TIER_COLOURS = {"P0": "#1f4e79", "P1": "#2e75b6", "P2": "#ed7d31", "P3": "#a5a5a5"}
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_gpus_in_use(runs: Sequence[Run], path: str) -> None:
+    """GPUs in use per tier over trace hours, stacked, the first run of each config."""
+    plt = _pyplot()
+    firsts = [min((r for r in runs if r.config == c), key=lambda r: r.run)
+              for c in config_order(r.config for r in runs)]
+    fig, axes = plt.subplots(len(firsts), 1, figsize=(10, 3.2 * len(firsts)), squeeze=False,
+                             sharex=True)
+    for ax, run in zip(axes[:, 0], firsts):
+        times, values = timeline(run)
+        x = [run.trace(t - run.t0) / HOUR for t in times]
+        ax.stackplot(x, *[values[t] for t in TIERS], labels=TIERS, step="post",
+                     colors=[TIER_COLOURS[t] for t in TIERS])
+        ax.axhline(run.gpus_total, color="black", linewidth=0.8)
+        ax.axhline(run.gpus_total * run.cap_percent / 100, color="red", linewidth=0.8,
+                   linestyle="--", label=f"P0+P1 cap {run.cap_percent:g}%")
+        ax.set_ylabel("GPUs in use")
+        ax.set_title(f"{run.config}, run {run.run} (k={run.k:g})")
+        ax.set_ylim(0, run.gpus_total * 1.25)  # room for the legend above the pool line
+        ax.legend(loc="upper right", fontsize=8, ncol=5)
+    axes[-1, 0].set_xlabel("trace time (h)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_wait_cdf(kpis: Sequence[Dict[str, object]], path: str) -> None:
+    """Wait-time CDF per tier, each config's runs pooled; trace seconds, log x."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    configs = config_order(str(r["config"]) for r in kpis)
+    for ax, tier in zip(axes.flat, TIERS):
+        for c in configs:
+            waits = sorted(max(1.0, w) for r in kpis if r["config"] == c
+                           for w in r[f"waits_{tier}"])
+            if waits:
+                ys = [0.0] + [(i + 1) / len(waits) for i in range(len(waits))]
+                ax.step([waits[0]] + waits, ys, where="post", label=f"{c} ({len(waits)} jobs)")
+        ax.set_xscale("log")
+        ax.set_title(f"{tier}: wait (first start - eligible)")
+        ax.set_xlabel("trace seconds (waits under 1 s drawn at 1 s)")
+        ax.set_ylabel("share of started jobs")
+        ax.set_ylim(0, 1.02)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_preemptions(kpis: Sequence[Dict[str, object]], path: str) -> None:
+    """Histogram of preemptions per job (P2 and P3 jobs that ran), share of
+    jobs, each config's runs pooled."""
+    plt = _pyplot()
+    configs = config_order(str(r["config"]) for r in kpis)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for ax, tier in zip(axes, ("P2", "P3")):
+        counts = {c: [n for r in kpis if r["config"] == c for n in r["preemptions_per_job"][tier]]
+                  for c in configs}
+        top = max([max(v) for v in counts.values() if v] + [1])
+        width = 0.8 / max(1, len(configs))
+        for i, c in enumerate(configs):
+            v = counts[c]
+            if not v:
+                continue
+            shares = [sum(1 for n in v if n == x) / len(v) for x in range(top + 1)]
+            ax.bar([x + i * width for x in range(top + 1)], shares, width=width,
+                   label=f"{c} ({len(v)} jobs)")
+        ax.set_xticks([x + width * (len(configs) - 1) / 2 for x in range(top + 1)])
+        ax.set_xticklabels([str(x) for x in range(top + 1)])
+        ax.set_title(f"{tier} jobs: preemptions per job")
+        ax.set_xlabel("preemptions in the replay")
+        ax.set_ylabel("share of jobs that ran")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# --- the report --------------------------------------------------------------
+
+
+def _run_section(run: Run, k: Dict[str, object], problems: List[str]) -> str:
+    lines = [f"### {run.config}, run {run.run} ({run.dir})", ""]
+    span_h = run.trace(run.end - run.t0) / HOUR
+    lines.append(f"k={run.k:g}, {span_h:.2f} h of trace time ({(run.end - run.t0) / 60:.1f} min "
+                 f"wall), {run.gpus_total:g} GPUs, {k['jobs']} jobs, {k['segments']} run segments.")
+    refused = run.meta.get("refused") or {}
+    if refused:
+        why: Dict[str, int] = {}
+        for msg in refused.values():
+            why[msg] = why.get(msg, 0) + 1
+        lines.append("")
+        lines.append(f"Submissions refused by Slurm: {len(refused)} (" + "; ".join(
+            f"{n} x {msg!r}" for msg, n in sorted(why.items(), key=lambda x: -x[1])) + ").")
+    if run.end > run.meta.get("window_end", run.end) + 60:
+        lines.append("")
+        lines.append(f"The window ran {(run.end - run.meta['window_end']) / 60:.1f} min (wall) "
+                     "past its planned end: submissions fell behind the workload's times.")
+    lines.append("")
+    lines.append("| tier | utilisation | lost GPU-h | revenue | wait p50 | wait p99 |")
+    lines.append("|---|---|---|---|---|---|")
+    for t in TIERS:
+        lines.append(f"| {t} | {_fmt('ratio', k['utilisation_by_tier'][t])} | "
+                     f"{k['lost_gpu_hours_by_tier'][t]:.2f} | "
+                     f"{k['revenue_by_tier'][t]:,.2f} {run.currency} | "
+                     f"{_fmt('seconds', k[f'wait_p50_{t}'])} | {_fmt('seconds', k[f'wait_p99_{t}'])} |")
+    lines.append("")
+    lines.append(f"P2 run segments: {k['p2_segments']} ({k['p2_segments_preempted']} preempted); "
+                 "mean per trace day: " + (", ".join(
+                     f"day {d}: {v:.2f} h" for d, v in k["p2_mean_run_h_by_day"].items()) or "-"))
+    lines.append("")
+    lines.append("P3 preemption rate by trace hour: " + " ".join(
+        "-" if r is None else f"{100 * r:.0f}%" for r in k["p3_rate_by_hour"]))
+    lines.append("")
+    for t in ("P0", "P1"):
+        lines.append(f"{t}: {k[f'{t.lower()}_sla_counted']} starts counted for the SLA, "
+                     f"start latency p99 {_fmt('count', k[f'{t.lower()}_start_p99_wall'])} s wall, "
+                     f"{k[f'{t.lower()}_never_started']} never started.")
+    if k["p3_longest_wait_never_started"]:
+        lines.append("The longest P3 wait is a job that never started (counted to the end).")
+    lines.append("")
+    if problems:
+        lines.append(f"**Consistency: {len(problems)} problem(s)**")
+        lines.append("")
+        lines.extend(f"- {p}" for p in problems[:50])
+        if len(problems) > 50:
+            lines.append(f"- ... and {len(problems) - 50} more")
+    else:
+        lines.append("Consistency: bills match slurmdbd run for run; every tier's GPU-seconds "
+                     "add up; every job of the workload is there.")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_report(run_dirs: Sequence[str], out_dir: str) -> Tuple[str, Dict[str, List[str]]]:
+    """Writes out_dir/report.md and the PNGs; returns the Markdown and the
+    consistency problems per run directory."""
+    os.makedirs(out_dir, exist_ok=True)
+    runs = [Run(d) for d in run_dirs]
+    order = config_order(r.config for r in runs)
+    runs.sort(key=lambda r: (order.index(r.config), r.run))
+    kpis = [compute_kpis(r) for r in runs]
+    problems = {r.dir: check_consistency(r.dir) for r in runs}
+    plot_gpus_in_use(runs, os.path.join(out_dir, "gpus_in_use.png"))
+    plot_wait_cdf(kpis, os.path.join(out_dir, "wait_cdf.png"))
+    plot_preemptions(kpis, os.path.join(out_dir, "preemptions_per_job.png"))
+
+    md = ["# planc-replay: stock Slurm and Plan C on one workload", ""]
+    ks = sorted({r.k for r in runs})
+    md.append(f"Runs: {len(runs)}; k = {', '.join(f'{k:g}' for k in ks)}. Every figure is in trace "
+              "time (wall durations x k), except the SLA's 40 s, which are wall seconds (a "
+              "scheduler latency does not scale). Definitions: tools/replay/report.py, the "
+              "README's Metrics and Alerts. Revenue is the bills' amounts x k.")
+    md.append("")
+    md.append(compare(kpis))
+    md.append("Met or missed is judged on the mean of a config's runs; \"alert\" means the mean "
+              "is past the README's alert threshold too.")
+    md.append("")
+    md.append("![GPUs in use per tier](gpus_in_use.png)")
+    md.append("")
+    md.append("![Wait-time CDF per tier](wait_cdf.png)")
+    md.append("")
+    md.append("![Preemptions per job](preemptions_per_job.png)")
+    md.append("")
+    md.append("## Runs")
+    md.append("")
+    for r, k in zip(runs, kpis):
+        md.append(_run_section(r, k, problems[r.dir]))
+    text = "\n".join(md)
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write(text)
+    return text, problems
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python3 -m tools.replay.report",
+                                description="planc-replay's report from run directories.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", required=True, help="directory for report.md and the PNGs")
+    args = p.parse_args(argv)
+    try:
+        _, problems = write_report(args.run_dirs, args.out)
+    except Problem as e:
+        print(f"planc-replay report: {e}", file=sys.stderr)
+        return 2
+    bad = 0
+    for d, ps in problems.items():
+        for line in ps:
+            print(f"{d}: {line}", file=sys.stderr)
+        bad += bool(ps)
+    print(f"{os.path.join(args.out, 'report.md')} written; "
+          f"{bad} of {len(problems)} run(s) with consistency problems", file=sys.stderr)
+    return 3 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
