@@ -1,0 +1,97 @@
+// Capacity infusion (policy 000, section 4; issue 16): idle GPUs grow the
+// serving pools, with cooldown.  The decision only; the plugin that acts on
+// it (submitting and cancelling replica jobs in slurmctld/planc) is not
+// built yet.  Pure: no Slurm header, no clock.
+//
+// Section 4:
+//     idle > 5% of capacity:  grow the Plan B guaranteed pool (P1)
+//     idle > 15%:             grow the Plan B spot pool (P3)
+//     idle > 30%:             open a market auction (P2 spot)
+//   at least 5 minutes between two scale operations, at most 4 an hour.
+//
+// Read here as:
+//   - idle is the idle share of the pool's GPUs over the last window (the
+//     caller measures it time-weighted: VacancyMeter, common/market.h), in
+//     per mille;
+//   - one scale operation (one replica more or fewer) at a time; the band
+//     idle falls in decides which pool grows: above the P3 threshold the
+//     P3 pool (preemptible, so cheapest to give back), between the P1 and
+//     the P3 threshold the P1 pool.  A pool grows only below its maximum
+//     and when a replica fits in the idle GPUs;
+//   - a pool shrinks (voluntarily) when idle falls below its threshold minus
+//     the hysteresis, P3 first, never below its minimum;
+//   - guaranteed work waiting shrinks the infused P1 pool at once, ignoring
+//     the cooldown and the hourly limit (giving back is never held up);
+//   - growing and voluntary shrinking wait for the cooldown since the last
+//     scale operation and stop at the hourly limit (a rolling hour);
+//   - crossing above the market threshold asks for a market round at once;
+//     it is not a scale operation (the market has its own interval) and is
+//     asked again only after idle has fallen below the threshold minus the
+//     hysteresis.
+#ifndef PLANC_COMMON_INFUSION_H_
+#define PLANC_COMMON_INFUSION_H_
+
+#include <cstdint>
+#include <ctime>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "common/tier.h"
+
+namespace planc {
+
+struct InfusionSettings {
+  uint32_t p1_idle_permille = 50;
+  uint32_t p3_idle_permille = 150;
+  uint32_t market_idle_permille = 300;
+  uint32_t hysteresis_permille = 20;
+  uint32_t cooldown_seconds = 300;
+  uint32_t max_ops_per_hour = 4;
+};
+
+struct ServingPool {
+  std::string name;
+  TierId tier = TierId::kP1;  // P1 or P3
+  uint32_t gpus_per_replica = 1;
+  uint32_t min_replicas = 0, max_replicas = 0;
+  uint32_t replicas = 0;  // now
+};
+
+enum class InfusionAction : uint8_t { kNone, kGrow, kShrink };
+
+struct InfusionDecision {
+  InfusionAction action = InfusionAction::kNone;
+  std::string pool;
+  bool reclaim = false;       // a shrink for waiting guaranteed work
+  bool market_round = false;  // ask the market for a round now
+  std::string reason;         // for the log: why, or why not
+};
+
+class InfusionController {
+ public:
+  explicit InfusionController(InfusionSettings s) : s_(s) {}
+
+  // `idle_gpus` of `pool_gpus` idle over the window (idle_permille is
+  // their ratio), and whether guaranteed jobs wait for GPUs.
+  InfusionDecision decide(time_t now, uint32_t idle_gpus, uint32_t pool_gpus,
+                          bool guaranteed_waiting, const std::vector<ServingPool>& pools);
+  // The caller did it: a grow or a voluntary shrink counts for the cooldown
+  // and the hourly limit, a reclaim does not.
+  void done(time_t now, const InfusionDecision& d);
+
+  // For `scontrol show config`: operations in the hour before `now`, and
+  // when the next one may happen (now when nothing holds it).
+  uint32_t ops_last_hour(time_t now) const;
+  time_t next_allowed(time_t now) const;
+
+ private:
+  void forget_before(time_t t);
+  InfusionSettings s_;
+  std::deque<time_t> ops_;  // scale operations, oldest first
+  bool above_market_ = false;
+};
+
+}  // namespace planc
+
+#endif  // PLANC_COMMON_INFUSION_H_

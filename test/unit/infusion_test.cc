@@ -1,0 +1,107 @@
+#include "common/infusion.h"
+
+#include <gtest/gtest.h>
+
+namespace planc {
+namespace {
+
+std::vector<ServingPool> pools(uint32_t p1, uint32_t p3) {
+  return {{"maas-guaranteed", TierId::kP1, 1, 0, 8, p1}, {"maas-spot", TierId::kP3, 1, 0, 8, p3}};
+}
+
+TEST(InfusionTest, TheBandDecidesWhichPoolGrows) {
+  InfusionController c{InfusionSettings{}};
+  auto d = c.decide(0, 2, 32, false, pools(0, 0));  // 6.2% idle
+  EXPECT_EQ(d.action, InfusionAction::kGrow);
+  EXPECT_EQ(d.pool, "maas-guaranteed");
+  EXPECT_FALSE(d.market_round);
+  EXPECT_EQ(d.reason, "idle 6.2% above 5.0%: grow the P1 pool (maas-guaranteed)");
+  InfusionController c2{InfusionSettings{}};
+  d = c2.decide(0, 6, 32, false, pools(0, 0));  // 18.7%
+  EXPECT_EQ(d.pool, "maas-spot");
+  InfusionController c3{InfusionSettings{}};
+  d = c3.decide(0, 12, 32, false, pools(0, 0));  // 37.5%: and a market round at once
+  EXPECT_EQ(d.pool, "maas-spot");
+  EXPECT_TRUE(d.market_round);
+  EXPECT_EQ(c3.decide(1, 12, 32, false, pools(1, 0)).market_round, false) << "once per crossing";
+  EXPECT_EQ(c3.decide(2, 8, 32, false, pools(1, 0)).market_round, false) << "25% < 30% - 2%";
+  EXPECT_TRUE(c3.decide(3, 12, 32, false, pools(1, 0)).market_round);
+  // Nothing idle enough, or no room for a replica: nothing.
+  InfusionController c4{InfusionSettings{}};
+  EXPECT_EQ(c4.decide(0, 1, 32, false, pools(0, 0)).action, InfusionAction::kNone);
+  auto big = pools(0, 0);
+  big[0].gpus_per_replica = 4;
+  EXPECT_EQ(c4.decide(0, 3, 32, false, big).action, InfusionAction::kNone);
+}
+
+TEST(InfusionTest, CooldownAndTheHourlyLimit) {
+  InfusionController c{InfusionSettings{}};
+  uint32_t p1 = 0;
+  time_t t = 0;
+  std::vector<time_t> ops;
+  // Idle stays at 25%: it would grow every minute.
+  for (; t < 3600; t += 60) {
+    auto d = c.decide(t, 8, 32, false, pools(p1, 0));
+    if (d.action == InfusionAction::kNone) continue;
+    c.done(t, d);
+    ops.push_back(t);
+  }
+  ASSERT_EQ(ops.size(), 4u) << "the hourly limit stops a fifth";
+  for (size_t i = 1; i < ops.size(); i++) EXPECT_GE(ops[i] - ops[i - 1], 300);
+  EXPECT_EQ(c.ops_last_hour(3599), 4u);
+  EXPECT_EQ(c.next_allowed(3599), 3600);  // the first leaves the hour
+  auto held = c.decide(3599, 8, 32, false, pools(0, 4));
+  EXPECT_EQ(held.action, InfusionAction::kNone);
+  EXPECT_EQ(held.reason,
+            "idle 25.0% above 15.0%: grow the P3 pool, held 1 s by the hourly limit (4 an hour)");
+  EXPECT_EQ(c.decide(3600, 8, 32, false, pools(0, 4)).action, InfusionAction::kGrow);
+}
+
+TEST(InfusionTest, FlappingAroundAThresholdStaysWithinTheLimit) {
+  InfusionController c{InfusionSettings{}};
+  uint32_t p3 = 0, ops = 0;
+  // Idle swings between 17% and 11% every 30 s for an hour.
+  for (time_t t = 0; t < 3600; t += 30) {
+    const uint32_t idle = (t / 30) % 2 ? 36 : 55;  // of 320: 11.2% / 17.2%
+    auto d = c.decide(t, idle, 320, false, pools(0, p3));
+    if (d.action == InfusionAction::kGrow) p3++;
+    if (d.action == InfusionAction::kShrink) p3--;
+    if (d.action != InfusionAction::kNone) ops++;
+    c.done(t, d);
+  }
+  EXPECT_LE(ops, 4u);
+}
+
+TEST(InfusionTest, HysteresisAndShrinking) {
+  InfusionController c{InfusionSettings{}};
+  // 14% idle: below 15% but not below 15% - 2%: the P3 pool keeps its replicas.
+  EXPECT_EQ(c.decide(0, 14, 100, false, pools(0, 3)).action, InfusionAction::kGrow)
+      << "14% is above 5%: the P1 pool grows";
+  InfusionController k{InfusionSettings{}};
+  auto full_p1 = pools(8, 3);
+  EXPECT_EQ(k.decide(0, 14, 100, false, full_p1).action, InfusionAction::kNone);
+  auto d = k.decide(0, 12, 100, false, full_p1);
+  EXPECT_EQ(d.action, InfusionAction::kShrink);
+  EXPECT_EQ(d.pool, "maas-spot");
+  // Never below the minimum.
+  auto at_min = pools(0, 2);
+  at_min[1].min_replicas = 2;
+  EXPECT_EQ(k.decide(0, 0, 100, false, at_min).action, InfusionAction::kNone);
+}
+
+TEST(InfusionTest, GuaranteedWorkWaitingTakesP1BackAtOnce) {
+  InfusionController c{InfusionSettings{}};
+  c.done(0, c.decide(0, 8, 32, false, pools(0, 0)));  // grew at 0: cooldown until 300
+  auto d = c.decide(10, 0, 32, true, pools(1, 0));
+  EXPECT_EQ(d.action, InfusionAction::kShrink);
+  EXPECT_TRUE(d.reclaim);
+  EXPECT_EQ(d.pool, "maas-guaranteed");
+  c.done(10, d);
+  EXPECT_EQ(c.ops_last_hour(10), 1u) << "a reclaim is not a scale operation";
+  // While guaranteed work waits, the P1 pool does not grow.
+  InfusionController g{InfusionSettings{}};
+  EXPECT_EQ(g.decide(0, 3, 32, true, pools(0, 0)).action, InfusionAction::kNone);
+}
+
+}  // namespace
+}  // namespace planc
