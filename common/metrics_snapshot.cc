@@ -45,11 +45,12 @@ const std::vector<MetricInfo> kCatalog = {
      "Preemptions started (SIGTERM and grace, or requeue or cancel at once), by the victim's "
      "tier, since slurmctld started; one called off before its grace ended is included."},
     {"planc_preemptions_per_job_24h_max", T::kGauge, "tier", "preempt",
-     "The most preemptions any one job of the tier has within the per-job cap's window "
-     "(PreemptWindow, 24 h by default)."},
-    {"planc_preempted_jobs_24h", T::kGauge, "tier,preemptions", "preempt",
-     "Jobs of the tier with that many preemptions (1, 2, 3, 4, 5+) within the per-job cap's "
+     "The most preemptions any one job of the tier, not yet ended, has within the per-job cap's "
      "window (PreemptWindow, 24 h by default)."},
+    {"planc_preempted_jobs_24h", T::kGauge, "tier,preemptions", "preempt",
+     "Jobs of the tier, not yet ended, with that many preemptions (1, 2, 3, 4, 5+) within the "
+     "per-job cap's window (PreemptWindow, 24 h by default); the cap's ledger forgets a job "
+     "within a minute of its end."},
     {"planc_preempt_ledger_jobs", T::kGauge, "", "preempt",
      "Jobs the per-job preemption cap's ledger holds (preempted within the window)."},
     {"planc_run_segments_ended_total", T::kCounter, "tier", "jobcomp",
@@ -86,6 +87,37 @@ const std::vector<MetricInfo> kCatalog = {
     {"planc_config_reloads_total", T::kCounter, "result", "slurmctld",
      "planc.conf changes slurmctld/planc saw: result=\"ok\" put in force, result=\"failed\" "
      "refused (the previous file stays in force; the log names the line)."},
+    {"planc_market_floor_price", T::kGauge, "gpu_type", "slurmctld",
+     "The P2 market's floor, in the bills' currency per card-hour (gpu_type \"default\" for types "
+     "without a CardHourPrice of their own), as the last round set it (Market=yes only)."},
+    {"planc_market_vacancy_ratio", T::kGauge, "", "slurmctld",
+     "Idle share of the pool's GPUs, time-weighted over the market interval before the last "
+     "round: what moved the floor (MarketFloorCurve)."},
+    {"planc_market_next_round_timestamp_seconds", T::kGauge, "", "slurmctld",
+     "When the P2 market's next round is (Unix time)."},
+    {"planc_spot_cap_refusals_total", T::kCounter, "tier", "slurmctld",
+     "Submissions and QoS updates job_submit/planc refused because the account had used its "
+     "daily spot cap (SpotCapP2, SpotCapP3) in the tier, since slurmctld started."},
+    {"planc_billed_gpu_seconds_total", T::kCounter, "cluster,account,tier", "database",
+     "Card-seconds billed (fractional GPUs by their share), from the bills' hourly totals in "
+     "PostgreSQL (planc.usage_hourly), all time; tier is \"none\" for a QoS that is no tier."},
+    {"planc_billed_core_seconds_total", T::kCounter, "cluster,account,tier", "database",
+     "Core-seconds billed (allocated CPUs x run seconds), from planc.usage_hourly, all time."},
+    {"planc_billed_memory_gib_seconds_total", T::kCounter, "cluster,account,tier", "database",
+     "Memory GiB-seconds billed (allocated memory x run seconds), from planc.usage_hourly, all "
+     "time."},
+    {"planc_billed_amount_total", T::kCounter, "cluster,account,tier", "database",
+     "Amount billed in the bills' currency (planc.conf Currency, major units), exact to a "
+     "micro-unit, from planc.usage_hourly, all time; unfinished preempted time is 0."},
+    {"planc_bill_newest_end_timestamp_seconds", T::kGauge, "", "database",
+     "The end of the newest run segment PostgreSQL has a bill for (Unix time; absent when "
+     "there is no bill): how far the bills have got."},
+    {"planc_bills_unmeasured", T::kGauge, "", "database",
+     "Bills of runs that ended in the last 7 days whose measured usage planc-bill measure has "
+     "not filled yet."},
+    {"planc_database_query_seconds", T::kGauge, "", "database",
+     "How long the exporter's last reading of the bill database took (it reads in the "
+     "background every --database-interval, not at the scrape)."},
 };
 
 bool plain(char c) {
@@ -262,6 +294,26 @@ void add_billing_samples(const BillingCounters& b, MetricsSnapshot* s) {
   s->samples.push_back({"planc_spool_oldest_record_age_seconds",
                         {},
                         static_cast<double>(b.backlog_records ? b.oldest_backlog_age : 0)});
+}
+
+void add_database_samples(const DatabaseFigures& d, MetricsSnapshot* s) {
+  static constexpr std::array<std::pair<const char*, double BilledTotal::*>, 4> kFields = {{
+      {"planc_billed_gpu_seconds_total", &BilledTotal::gpu_seconds},
+      {"planc_billed_core_seconds_total", &BilledTotal::core_seconds},
+      {"planc_billed_memory_gib_seconds_total", &BilledTotal::memory_gib_seconds},
+      {"planc_billed_amount_total", &BilledTotal::amount},
+  }};
+  for (const auto& [name, field] : kFields)
+    for (const BilledTotal& t : d.totals)
+      s->samples.push_back({name,
+                            {{"cluster", t.cluster},
+                             {"account", t.account},
+                             {"tier", t.tier.empty() ? "none" : t.tier}},
+                            t.*field});
+  if (d.newest_bill_end)
+    s->samples.push_back({"planc_bill_newest_end_timestamp_seconds", {}, *d.newest_bill_end});
+  s->samples.push_back({"planc_bills_unmeasured", {}, static_cast<double>(d.unmeasured_7d)});
+  s->samples.push_back({"planc_database_query_seconds", {}, d.query_seconds});
 }
 
 void SlaTracker::observe(uint32_t sla_seconds, const std::vector<GuaranteedRun>& running,

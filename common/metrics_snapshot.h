@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -85,6 +86,23 @@ struct BillingCounters {
   int64_t oldest_backlog_age = 0;  // seconds; 0 when the backlog is empty
 };
 void add_billing_samples(const BillingCounters& b, MetricsSnapshot* s);
+
+// What the bill database knows (planc-exporter's "database" source, read
+// through planc.metrics_billed() and planc.metrics_bills(), schema 0004):
+// billed usage per cluster, account and tier, all time; the newest bill's
+// end; bills not measured yet.
+struct BilledTotal {
+  std::string cluster, account, tier;  // tier "" when the QoS is no tier
+  double gpu_seconds = 0, core_seconds = 0, memory_gib_seconds = 0;
+  double amount = 0;  // major units of the bills' currency
+};
+struct DatabaseFigures {
+  std::vector<BilledTotal> totals;
+  std::optional<double> newest_bill_end;  // Unix time; none without bills
+  uint64_t unmeasured_7d = 0;
+  double query_seconds = 0;
+};
+void add_database_samples(const DatabaseFigures& d, MetricsSnapshot* s);
 
 // The guaranteed tiers' SLA (policy 9, "P0 SLA attainment"): the share of
 // jobs that started within SlaStartSeconds (40 s) of becoming eligible

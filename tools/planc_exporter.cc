@@ -3,16 +3,24 @@
 // Serves /metrics (prometheus-cpp's civetweb server).  At each scrape it
 // reads the snapshot files the plugins write into StateSaveLocation
 // (common/metrics_snapshot.h) and publishes what is fresh; it never talks
-// to slurmctld.  A source that is missing, corrupt or stale shows as
-// planc_exporter_source_up{source=...} 0 (and one log line when it goes
-// down), never as a crash or as old figures.
+// to slurmctld.  With --database, a background thread reads the bill
+// database's totals every --database-interval (schema 0004's functions)
+// into a snapshot of the same form, so a scrape never waits on
+// PostgreSQL.  A source that is missing, corrupt, stale or unreachable
+// shows as planc_exporter_source_up{source=...} 0 (and one log line when
+// it goes down), never as a crash or as old figures.
 #include <getopt.h>
+#include <libpq-fe.h>
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <thread>
 
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +34,7 @@
 #include <vector>
 
 #include "common/metrics_snapshot.h"
+#include "common/pg_text.h"
 #include "common/state_file.h"
 
 namespace {
@@ -40,13 +49,21 @@ StateSaveLocation.  It never contacts slurmctld.
   --state-dir DIR     slurmctld's StateSaveLocation         [/var/spool/slurmctld]
   --sources LIST      snapshots to read, comma-separated    [slurmctld,preempt,jobcomp]
   --max-age SECONDS   older snapshots count as down         [60]
+  --database CONNINFO the bill database (libpq connection string, e.g.
+                      "dbname=planc user=planc_exporter"; default
+                      $PLANC_EXPORTER_DB): adds the source "database",
+                      billed usage per account and tier; the role must be
+                      in planc_metrics (planc-bill sync-roles --metrics ROLE)
+  --database-interval SECONDS
+                      how often to read the database, in the background  [30]
   --once              print the metrics once on stdout and exit (no server);
                       exit status 0 if every source is up, 3 otherwise
   --list-metrics      print every metric's name, type, labels and HELP
   --help              this text
 
-A source that is missing, unreadable, corrupt or older than --max-age shows
-as planc_exporter_source_up{source="..."} 0, its figures left out, and is
+A source that is missing, unreadable, corrupt or older than --max-age (for
+the database: unreachable, failing, or not read within --max-age) shows as
+planc_exporter_source_up{source="..."} 0, its figures left out, and is
 logged once on stderr when it goes down.
 )";
 
@@ -56,6 +73,8 @@ struct Options {
   std::vector<std::string> sources = {"slurmctld", "preempt", "jobcomp"};
   uint32_t max_age = 60;
   bool once = false;
+  std::string database;  // "": no database source
+  uint32_t database_interval = 30;
 };
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -74,14 +93,141 @@ void log_line(const std::string& msg) {
   std::fprintf(stderr, "%s planc-exporter: %s\n", when, msg.c_str());
 }
 
+// The "database" source: reads planc.metrics_billed() and
+// planc.metrics_bills() every interval on its own connection and keeps the
+// result as a snapshot text (or why there is none), which the scrape reads
+// like a plugin's file.  Queries are fixed text with no parameters.
+class DatabasePoller {
+ public:
+  DatabasePoller(std::string conninfo, uint32_t interval)
+      : conninfo_(std::move(conninfo)), interval_(interval) {}
+  ~DatabasePoller() { stop(); }
+
+  void start() {
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> l(mu_);
+      while (!stop_) {
+        l.unlock();
+        poll();
+        l.lock();
+        cv_.wait_for(l, std::chrono::seconds(interval_), [this] { return stop_; });
+      }
+    });
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (conn_) PQfinish(conn_);
+    conn_ = nullptr;
+  }
+
+  // One reading, stored for snapshot().
+  void poll() {
+    auto t0 = std::chrono::steady_clock::now();
+    planc::Result<planc::DatabaseFigures> r = query();
+    std::string text;
+    if (r.ok()) {
+      r.value().query_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      planc::MetricsSnapshot s;
+      s.source = "database";
+      s.written = time(nullptr);
+      planc::add_database_samples(r.value(), &s);
+      text = planc::serialize_snapshot(s);
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    last_ = r.ok() ? planc::Result<std::string>(std::move(text))
+                   : planc::Result<std::string>::failure(r.error());
+  }
+
+  planc::Result<std::string> snapshot() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return last_;
+  }
+
+ private:
+  planc::Result<planc::DatabaseFigures> query() {
+    using R = planc::Result<planc::DatabaseFigures>;
+    if (!conn_ || PQstatus(conn_) != CONNECTION_OK) {
+      if (conn_) PQfinish(conn_);
+      // connect_timeout first: the connection string's own setting wins.
+      const char* keys[] = {"connect_timeout", "application_name", "dbname", nullptr};
+      const char* vals[] = {"5", "planc-exporter", conninfo_.c_str(), nullptr};
+      conn_ = PQconnectdbParams(keys, vals, 1);
+      if (PQstatus(conn_) != CONNECTION_OK) return R::failure("cannot connect: " + error());
+      PGresult* set = PQexec(conn_, "SET statement_timeout = '20s'");
+      PQclear(set);
+    }
+    planc::DatabaseFigures d;
+    PGresult* r = PQexec(conn_,
+                         "SELECT cluster, account, tier, card_seconds::float8, "
+                         "core_seconds::float8, mem_gib_seconds::float8, "
+                         "(amount_micros / 1000000)::float8 FROM planc.metrics_billed()");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) return failed(r, "planc.metrics_billed()");
+    for (int i = 0; i < PQntuples(r); i++) {
+      planc::BilledTotal t;
+      t.cluster = PQgetvalue(r, i, 0);
+      t.account = PQgetvalue(r, i, 1);
+      t.tier = PQgetvalue(r, i, 2);
+      t.gpu_seconds = std::strtod(PQgetvalue(r, i, 3), nullptr);
+      t.core_seconds = std::strtod(PQgetvalue(r, i, 4), nullptr);
+      t.memory_gib_seconds = std::strtod(PQgetvalue(r, i, 5), nullptr);
+      t.amount = std::strtod(PQgetvalue(r, i, 6), nullptr);
+      d.totals.push_back(std::move(t));
+    }
+    PQclear(r);
+    r = PQexec(conn_, "SELECT newest_end, unmeasured_7d FROM planc.metrics_bills()");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+      return failed(r, "planc.metrics_bills()");
+    if (!PQgetisnull(r, 0, 0)) d.newest_bill_end = std::strtod(PQgetvalue(r, 0, 0), nullptr);
+    d.unmeasured_7d = std::strtoull(PQgetvalue(r, 0, 1), nullptr, 10);
+    PQclear(r);
+    return d;
+  }
+
+  // The failure of a query; the connection is dropped and made again at
+  // the next reading (the server may have restarted).
+  planc::Result<planc::DatabaseFigures> failed(PGresult* r, const char* what) {
+    std::string why = error();
+    if (why.empty()) why = PQresStatus(PQresultStatus(r));
+    PQclear(r);
+    PQfinish(conn_);
+    conn_ = nullptr;
+    if (why.find("does not exist") != std::string::npos)
+      why += " (apply the migrations: planc-migrate)";
+    else if (why.find("permission denied") != std::string::npos)
+      why += " (put the role in planc_metrics: planc-bill sync-roles --metrics ROLE)";
+    return planc::Result<planc::DatabaseFigures>::failure(std::string(what) + ": " + why);
+  }
+
+  std::string error() const {
+    return conn_ ? planc::pg_one_line(PQerrorMessage(conn_)) : "no connection";
+  }
+
+  const std::string conninfo_;
+  const uint32_t interval_;
+  PGconn* conn_ = nullptr;  // the poller thread's (or --once's) only
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  planc::Result<std::string> last_ = planc::Result<std::string>::failure("not read yet");
+  std::thread thread_;
+};
+
 class SnapshotCollector : public prometheus::Collectable {
  public:
-  explicit SnapshotCollector(Options o) : o_(std::move(o)) {}
+  SnapshotCollector(Options o, std::shared_ptr<DatabasePoller> db)
+      : o_(std::move(o)), db_(std::move(db)) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::vector<std::pair<std::string, planc::Result<std::string>>> reads;
     for (const std::string& s : o_.sources)
       reads.emplace_back(s, planc::read_state_file(planc::snapshot_path(o_.state_dir, s)));
+    if (db_) reads.emplace_back("database", db_->snapshot());
     std::vector<std::string> problems;
     auto exported = planc::collect_metrics(reads, time(nullptr), o_.max_age, &problems);
     note_problems(problems);
@@ -124,6 +270,7 @@ class SnapshotCollector : public prometheus::Collectable {
   }
 
   Options o_;
+  std::shared_ptr<DatabasePoller> db_;
   mutable std::mutex mu_;
   mutable std::set<std::string> down_;
 };
@@ -142,15 +289,28 @@ int usage_error(const std::string& what) {
   return 2;
 }
 
+uint32_t parse_seconds(const char* arg, uint32_t max, bool* ok) {
+  char* end = nullptr;
+  unsigned long v = std::strtoul(arg, &end, 10);
+  *ok = *arg && !*end && v >= 1 && v <= max && *arg != '-';
+  return static_cast<uint32_t>(v);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  static const option kLong[] = {
-      {"listen", required_argument, nullptr, 'l'},  {"state-dir", required_argument, nullptr, 'd'},
-      {"sources", required_argument, nullptr, 's'}, {"max-age", required_argument, nullptr, 'a'},
-      {"once", no_argument, nullptr, 'o'},          {"list-metrics", no_argument, nullptr, 'm'},
-      {"help", no_argument, nullptr, 'h'},          {nullptr, 0, nullptr, 0}};
+  if (const char* db = std::getenv("PLANC_EXPORTER_DB")) o.database = db;
+  static const option kLong[] = {{"listen", required_argument, nullptr, 'l'},
+                                 {"state-dir", required_argument, nullptr, 'd'},
+                                 {"sources", required_argument, nullptr, 's'},
+                                 {"max-age", required_argument, nullptr, 'a'},
+                                 {"once", no_argument, nullptr, 'o'},
+                                 {"list-metrics", no_argument, nullptr, 'm'},
+                                 {"database", required_argument, nullptr, 'D'},
+                                 {"database-interval", required_argument, nullptr, 'I'},
+                                 {"help", no_argument, nullptr, 'h'},
+                                 {nullptr, 0, nullptr, 0}};
   for (int c; (c = getopt_long(argc, argv, "", kLong, nullptr)) != -1;) {
     switch (c) {
       case 'l':
@@ -164,12 +324,22 @@ int main(int argc, char** argv) {
         if (o.sources.empty()) return usage_error("--sources: name at least one source");
         break;
       case 'a': {
-        char* end = nullptr;
-        unsigned long v = std::strtoul(optarg, &end, 10);
-        if (!*optarg || *end || v == 0 || v > 86400)
+        bool ok = false;
+        o.max_age = parse_seconds(optarg, 86400, &ok);
+        if (!ok)
           return usage_error(std::string("--max-age '") + optarg +
                              "': give a whole number of seconds, 1 to 86400");
-        o.max_age = static_cast<uint32_t>(v);
+        break;
+      }
+      case 'D':
+        o.database = optarg;
+        break;
+      case 'I': {
+        bool ok = false;
+        o.database_interval = parse_seconds(optarg, 3600, &ok);
+        if (!ok)
+          return usage_error(std::string("--database-interval '") + optarg +
+                             "': give a whole number of seconds, 1 to 3600");
         break;
       }
       case 'o':
@@ -187,8 +357,15 @@ int main(int argc, char** argv) {
   }
   if (optind < argc) return usage_error(std::string("unexpected argument '") + argv[optind] + "'");
 
-  auto collector = std::make_shared<SnapshotCollector>(o);
+  std::shared_ptr<DatabasePoller> db;
+  if (!o.database.empty()) {
+    auto check = planc::check_conninfo(o.database);
+    if (!check.ok) return usage_error("--database: " + check.error);
+    db = std::make_shared<DatabasePoller>(o.database, o.database_interval);
+  }
+  auto collector = std::make_shared<SnapshotCollector>(o, db);
   if (o.once) {
+    if (db) db->poll();
     prometheus::TextSerializer ser;
     ser.Serialize(std::cout, collector->Collect());
     return collector->all_up() ? 0 : 3;
@@ -206,9 +383,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   exposer->RegisterCollectable(collector);
-  log_line("serving http://" + o.listen + "/metrics from " + o.state_dir);
+  if (db) db->start();
+  log_line("serving http://" + o.listen + "/metrics from " + o.state_dir +
+           (db ? " and the bill database" : ""));
   int sig = 0;
   sigwait(&set, &sig);
+  if (db) db->stop();
   log_line(std::string("stopping on ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT"));
   return 0;
 }

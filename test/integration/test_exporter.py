@@ -60,10 +60,44 @@ def once(state_dir, *args):
                           capture_output=True, text=True, timeout=30)
 
 
+def plugin_log(c, limit=40):
+    """slurmctld's last lines from the Plan C plugins: what a stale source's
+    plugin last said (its worker logs a late or long pass)."""
+    try:
+        with open(os.path.join(c.dir, "log", "slurmctld.log"), errors="replace") as f:
+            lines = [line for line in f if "planc" in line]
+    except OSError as e:
+        return f"(slurmctld.log: {e})"
+    return "".join(lines[-limit:])
+
+
 def metrics(c):
     p = once(c.state_dir)
-    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.returncode == 0, (p.stderr + "\nslurmctld.log, Plan C's lines:\n" + plugin_log(c)
+                               + "\n" + p.stdout)
     return parse(p.stdout)
+
+
+def db_conninfo(c, user="planc_exporter"):
+    """planc-exporter's role (planc_metrics; planc-cluster maps root to it)."""
+    return f"host={c.env['PGHOST']} port={c.env['PGPORT']} dbname=planc user={user}"
+
+
+def start_exporter(c, *args):
+    """A planc-exporter serving on a free loopback port: (process, scrape)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{port}", "--state-dir",
+                               c.state_dir, *args], stderr=subprocess.PIPE, text=True)
+
+    def scrape():
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+            return body.decode()
+        except OSError:
+            return None
+    return server, scrape
 
 
 def submit(c, user, account, qos, gpus):
@@ -106,18 +140,9 @@ def test_pool_and_tiers_as_prometheus_reads_them(c):
                      "0.30": before["0.30"] + 1}, (before, after)
 
     # The same through HTTP, as Prometheus scrapes it, with HELP and TYPE.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{port}", "--state-dir",
-                               c.state_dir], stderr=subprocess.PIPE, text=True)
+    server, scrape = start_exporter(c)
     try:
-        def scrape():
-            try:
-                return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-            except OSError:
-                return None
-        body = c.wait_for("the exporter to serve /metrics", scrape, timeout=30).decode()
+        body = c.wait_for("the exporter to serve /metrics", scrape, timeout=30)
         assert "# TYPE planc_idle_threshold_crossings_total counter" in body
         assert "# HELP planc_allocated_gpus GPUs allocated to running jobs of the tier" in body
         assert parse(body)[("planc_allocated_gpus", '{tier="P0"}')] == 8.0
@@ -149,11 +174,65 @@ def test_guaranteed_starts_count_for_the_sla_unless_held_back(c):
     assert m[starts] == m0[starts] + 1 and m[within] == m0[within] + 1, (m0, m)
 
 
+def planc_counters(c):
+    """slurmctld/planc's counters in `scontrol show config`."""
+    out = c.run("scontrol", "show", "config", check=True).stdout
+    section = out[out.index("----- slurmctld/planc"):]
+    return {k: int(v) for k, v in re.findall(r"^(\w+)\s+= (\d+)", section, re.M)}
+
+
+def test_sample_looks_at_running_and_guaranteed_jobs_not_every_pending_one(c):
+    """The 5 s sample does not walk every job record (issue 13's lock-hold
+    target): it watches the running jobs of the tiers and the guaranteed
+    pending ones, learns of starts from the job-begin hook and of new jobs
+    from the ids handed out since the last sample.  40 held P3 jobs are
+    looked at once, as new ids, then never again; the running jobs and a
+    held P0 job submitted among them are in every sample's figures."""
+    wait_snapshots(c)
+    held = []
+    for _ in range(40):
+        j, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--gres=gpu:1", "--hold", "--wrap",
+                        "sleep 300", user="pcbob")
+        assert j, p.stderr
+        held.append(j)
+    held_p0, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--gres=gpu:1", "--hold", "--wrap",
+                          "sleep 300", user="pcalice")
+    assert held_p0, p.stderr
+    p0 = submit(c, "pcalice", "acct-lease", "p0-lease", 8)
+    p3 = submit(c, "pcbob", "acct-spot", "p3-spot", 4)
+    c.wait_for("the jobs to run", lambda: all(c.state(j) == "RUNNING" for j in (p0, p3)))
+    # A sample after every submission and start has seen them all.
+    n = planc_counters(c)["SampleCount"]
+    before = c.wait_for("a sample after the starts",
+                        lambda: (lambda k: k if k["SampleCount"] >= n + 1 else None)(planc_counters(c)),
+                        timeout=30, interval=0.5)
+    after = c.wait_for("three more samples",
+                       lambda: (lambda k: k if k["SampleCount"] >= before["SampleCount"] + 3 else None)(
+                           planc_counters(c)), timeout=60, interval=0.5)
+    samples = after["SampleCount"] - before["SampleCount"]
+    visited = after["SampleJobsVisitedTotal"] - before["SampleJobsVisitedTotal"]
+    # Watched: the two running jobs and the held P0 job, nothing else.
+    assert after["SampleWatchedJobs"] == 3, after
+    assert after["SampleWalks"] == before["SampleWalks"], (before, after)
+    assert visited <= 3 * samples, (visited, samples)
+    m0 = fresh_metrics(c, "slurmctld")
+    assert m0[("planc_allocated_gpus", '{tier="P0"}')] == 8.0
+    assert m0[("planc_allocated_gpus", '{tier="P3"}')] == 4.0
+    # The held P0 job, found among the new ids, was seen held: released, its
+    # start is left out of the SLA for that reason.
+    key = ("planc_guaranteed_starts_excluded_total", '{tier="P0",reason="held"}')
+    c.run("scontrol", "release", held_p0, check=True)
+    c.wait_for("the released P0 job to run", lambda: c.state(held_p0) == "RUNNING", timeout=60)
+    c.wait_for("its start left out as held", lambda: fresh_metrics(c, "slurmctld").get(key, 0) ==
+               m0.get(key, 0) + 1, timeout=30)
+
+
 def test_preemptions_per_tier_and_per_job(c):
     wait_snapshots(c)
     m = metrics(c)
     assert m[("planc_exporter_source_up", '{source="preempt"}')] == 1.0
     before = m[("planc_preemptions_total", '{tier="P3"}')]
+    p2_before = m[("planc_preemptions_total", '{tier="P2"}')]  # other modules' preemptions
     fillers = [submit(c, "pcbob", "acct-spot", "p3-spot", 8) for _ in range(4)]
     c.wait_for("the P3 jobs to run", lambda: all(c.state(j) == "RUNNING" for j in fillers))
     p0 = submit(c, "pcalice", "acct-lease", "p0-lease", 8)
@@ -161,7 +240,7 @@ def test_preemptions_per_tier_and_per_job(c):
     m = c.wait_for("the preemption in the snapshot",
                    lambda: (lambda m: m if m.get(("planc_preemptions_total", '{tier="P3"}'))
                             == before + 1 else None)(metrics(c)), timeout=30)
-    assert m[("planc_preemptions_total", '{tier="P2"}')] == 0.0
+    assert m[("planc_preemptions_total", '{tier="P2"}')] == p2_before
     assert m[("planc_preemptions_per_job_24h_max", '{tier="P3"}')] >= 1.0
     assert m[("planc_preempted_jobs_24h", '{tier="P3",preemptions="1"}')] >= 1.0
     assert m[("planc_preempt_ledger_jobs", "")] >= 1.0
@@ -185,21 +264,66 @@ def test_run_segments_bills_and_the_backlog_while_postgresql_is_down(c):
     assert m[ended] == m0[ended] + 1
     assert 3 <= m[secs] - m0[secs] <= 10
     assert m[key("planc_spool_backlog_records")] == 0
-    # PostgreSQL down: the next run waits in the spool, the snapshot goes on
-    # and says so; once it is back the backlog drains.
-    pg_ctl(c, "stop")
+    # The bill database as a source: the billed totals of acct-spot's P3
+    # runs are what the hourly table holds, read in the background.
+    from test_billing import psql, wait_bills
+    wait_bills(c, j, 1)
+    server, scrape = start_exporter(c, "--database", db_conninfo(c), "--database-interval", "1")
+    labels = '{cluster="planc",account="acct-spot",tier="P3"}'
     try:
-        j, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "true", user="pcbob")
-        assert j, p.stderr
-        m = c.wait_for("the backlog and a database error", lambda: (lambda m: m if (
-            m[key("planc_spool_backlog_records")] >= 1 and m[key("planc_database_errors_total")]
-            > m0[key("planc_database_errors_total")]) else None)(metrics(c)), timeout=60)
-        assert m[key("planc_spool_oldest_record_age_seconds")] >= 0
+        def agree():
+            """The scrape's figures when they are the hourly table's, read
+            before and after it (bills of earlier jobs may still arrive)."""
+            q = ("SELECT sum(card_seconds), sum(core_seconds), sum(amount_micros) "
+                 "FROM planc.usage_hourly WHERE account = 'acct-spot' AND tier = 'P3'")
+            before = psql(c, q)[0]
+            body = scrape() or ""
+            if psql(c, q)[0] != before or 'source_up{source="database"} 1' not in body:
+                return None
+            m = parse(body)
+            card, cores, micros = before
+            ok = (m.get(("planc_billed_gpu_seconds_total", labels)) == float(card)
+                  and m.get(("planc_billed_core_seconds_total", labels)) == float(cores)
+                  and abs(m.get(("planc_billed_amount_total", labels), -1) - int(micros) / 1e6)
+                  < 1e-6)
+            return m if ok else None
+        db = c.wait_for("the exporter's totals to be the hourly table's", agree, timeout=30)
+        newest = float(psql(c, "SELECT extract(epoch FROM max(end_time)) FROM planc.bill")[0][0])
+        assert db[("planc_bill_newest_end_timestamp_seconds", "")] <= newest
+        assert db[("planc_bill_newest_end_timestamp_seconds", "")] >= float(c.run(
+            "sacct", "-n", "-X", "-P", "-o", "end", "-j", j,
+            env={**c.env, "SLURM_TIME_FORMAT": "%s"}).stdout.split()[0])
+        assert db[("planc_exporter_source_up", '{source="slurmctld"}')] == 1.0
+        # PostgreSQL down: the next run waits in the spool, the snapshot goes
+        # on and says so, the database source is down (not its last figures);
+        # once it is back the backlog drains and the source is up again.
+        pg_ctl(c, "stop")
+        try:
+            down = c.wait_for("the database source to be down", lambda: (lambda b: parse(b) if b and (
+                'planc_exporter_source_up{source="database"} 0' in b) else None)(scrape()),
+                timeout=30)
+            assert ("planc_billed_gpu_seconds_total", labels) not in down
+            assert down[("planc_exporter_source_up", '{source="jobcomp"}')] == 1.0
+            j, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "true", user="pcbob")
+            assert j, p.stderr
+            m = c.wait_for("the backlog and a database error", lambda: (lambda m: m if (
+                m[key("planc_spool_backlog_records")] >= 1 and m[key("planc_database_errors_total")]
+                > m0[key("planc_database_errors_total")]) else None)(metrics(c)), timeout=60)
+            assert m[key("planc_spool_oldest_record_age_seconds")] >= 0
+        finally:
+            up = c.ctl("up", check=False, timeout=300)  # starts PostgreSQL again
+            assert up.returncode == 0, up.stdout + up.stderr
+        c.wait_for("the backlog to drain",
+                   lambda: metrics(c)[key("planc_spool_backlog_records")] == 0, timeout=120)
+        c.wait_for("the database source to be up again",
+                   lambda: 'planc_exporter_source_up{source="database"} 1' in (scrape() or ""),
+                   timeout=60)
     finally:
-        up = c.ctl("up", check=False, timeout=300)  # starts PostgreSQL again
-        assert up.returncode == 0, up.stdout + up.stderr
-    c.wait_for("the backlog to drain", lambda: metrics(c)[key("planc_spool_backlog_records")] == 0,
-               timeout=120)
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 0, err
+    assert "source down: database: " in err, err
+    assert "source up again: database" in err, err
 
 
 def test_missing_corrupt_and_stale_snapshots_are_down_not_current(c):
@@ -235,6 +359,16 @@ def test_missing_corrupt_and_stale_snapshots_are_down_not_current(c):
         assert m[("planc_snapshot_age_seconds", '{source="slurmctld"}')] >= 2
         assert re.search(r"source down: slurmctld: stale: written \d+ s ago \(--max-age 1\)",
                          p.stderr), p.stderr
+    # A database role outside planc_metrics: down, with what to do.
+    p = once(c.state_dir, "--database", db_conninfo(c, "planc_slurmctld"))
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert parse(p.stdout)[("planc_exporter_source_up", '{source="database"}')] == 0.0
+    assert re.search(r"source down: database: planc\.metrics_billed\(\): .*permission denied.* "
+                     r"\(put the role in planc_metrics: planc-bill sync-roles --metrics ROLE\)",
+                     p.stderr), p.stderr
+    bad = subprocess.run([EXPORTER, "--database", "nosuchkey=1"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert 'planc-exporter: --database: invalid connection option "nosuchkey"' in bad.stderr
     bad = subprocess.run([EXPORTER, "--max-age", "soon"], capture_output=True, text=True)
     assert bad.returncode == 2
     assert "--max-age 'soon': give a whole number of seconds, 1 to 86400" in bad.stderr

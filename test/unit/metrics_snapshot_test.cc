@@ -132,6 +132,53 @@ TEST(BillingSamplesTest, PerTierRunsAndTheBacklog) {
   EXPECT_EQ(s2.samples.back(), (MetricSample{"planc_spool_oldest_record_age_seconds", {}, 99}));
 }
 
+TEST(DatabaseSamplesTest, BilledTotalsPerAccountAndTierAndTheNewestBill) {
+  DatabaseFigures d;
+  d.totals = {{"planc", "acct spot", "P3", 7200.5, 14400, 28800.25, 1.234567},
+              {"planc", "acct-x", "", 1, 2, 3, 0}};
+  d.unmeasured_7d = 4;
+  d.query_seconds = 0.012;
+  MetricsSnapshot s;
+  s.source = "database";
+  add_database_samples(d, &s);
+  std::map<std::string, double> v;
+  for (const MetricSample& m : s.samples) {
+    const MetricInfo* info = find_metric(m.name);
+    ASSERT_NE(info, nullptr) << m.name;
+    EXPECT_EQ(info->source, "database") << m.name;
+    std::string key = m.name;
+    for (const auto& [k, val] : m.labels) key += " " + k + "=" + val;
+    v[key] = m.value;
+  }
+  EXPECT_EQ(v["planc_billed_gpu_seconds_total cluster=planc account=acct spot tier=P3"], 7200.5);
+  EXPECT_EQ(v["planc_billed_core_seconds_total cluster=planc account=acct spot tier=P3"], 14400);
+  EXPECT_EQ(v["planc_billed_memory_gib_seconds_total cluster=planc account=acct spot tier=P3"],
+            28800.25);
+  EXPECT_EQ(v["planc_billed_amount_total cluster=planc account=acct spot tier=P3"], 1.234567);
+  EXPECT_EQ(v["planc_billed_gpu_seconds_total cluster=planc account=acct-x tier=none"], 1)
+      << "a QoS that is no tier";
+  EXPECT_EQ(v["planc_bills_unmeasured"], 4);
+  EXPECT_EQ(v["planc_database_query_seconds"], 0.012);
+  EXPECT_EQ(v.count("planc_bill_newest_end_timestamp_seconds"), 0u) << "no bill: no sample";
+  d.newest_bill_end = 1800000000;
+  MetricsSnapshot s2;
+  add_database_samples(d, &s2);
+  bool seen = false;
+  for (const MetricSample& m : s2.samples)
+    seen = seen || (m.name == "planc_bill_newest_end_timestamp_seconds" && m.value == 1800000000);
+  EXPECT_TRUE(seen);
+  // Through the file form and collect_metrics, as the exporter publishes it.
+  s2.source = "database";
+  s2.written = 1800000000;
+  std::vector<std::string> problems;
+  auto out = collect_metrics({{"database", serialize_snapshot(s2)}}, 1800000010, 60, &problems);
+  EXPECT_TRUE(problems.empty());
+  size_t billed = 0;
+  for (const ExportedMetric& e : out)
+    if (e.info->name == "planc_billed_amount_total") billed = e.samples.size();
+  EXPECT_EQ(billed, 2u);
+}
+
 TEST(SlaTrackerTest, StartsWithinTheSlaAndHeldBackJobsLeftOut) {
   SlaTracker sla;
   const time_t t0 = 1800000000;
