@@ -10,6 +10,8 @@
 #include <set>
 #include <tuple>
 
+#include "common/pg_text.h"
+
 namespace planc {
 namespace {
 
@@ -56,11 +58,7 @@ void field(std::string& row, int64_t v) { field(row, std::to_string(v)); }
 // PostgreSQL's message on one line (its DETAIL and CONTEXT follow on
 // lines of their own): one log line per failure.
 std::string error_of(pg_conn* c, const char* what) {
-  std::string m = PQerrorMessage(c);
-  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
-  for (char& ch : m)
-    if (ch == '\n') ch = ' ';
-  return std::string(what) + ": " + m;
+  return std::string(what) + ": " + pg_one_line(PQerrorMessage(c));
 }
 
 // The same failure as a Result<T>.

@@ -1,9 +1,12 @@
 #include "common/billing.h"
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
-#include <sys/wait.h>
+#include "common/market.h"
 
 namespace planc {
 namespace {
@@ -90,6 +93,23 @@ Bill price_segment(const PlancConfig& cfg, const Segment& seg) {
   }
   // Trim "x.000000 cards" noise is not worth it: the detail is for audit.
   b.card_hour_price = !any_card ? 0 : mixed ? -1 : card_price(cfg, single_type);
+  // A P2 run matched in the market (common/market.h) pays the price it was
+  // matched at per card-hour, whatever the GPU type, instead of list x the
+  // tier's factor; cores and memory keep the tier's factor.
+  // A run booked with --lock-price pays its locked price the same way.
+  std::optional<Micros> matched;
+  const char* how = "matched";
+  if (tier && tier->id == TierId::kP2)
+    if (auto m = read_market_mark(seg.admin_comment)) {
+      matched = m->matched ? m->matched : m->locked;
+      if (!m->matched && m->locked) how = "locked";
+    }
+  if (matched && any_card) {
+    card_value = static_cast<i128>(b.card_micro_seconds) * *matched;
+    b.card_hour_price = *matched;
+    b.note += "P2 market: cards at the " + std::string(how) + " " + format_micros(*matched) + " " +
+              b.currency + "/card-hour; ";
+  }
   b.core_seconds = static_cast<int64_t>(seg.cpus) * b.billable_seconds;
   b.mem_mib_seconds = static_cast<int64_t>(seg.mem_mib) * b.billable_seconds;
 
@@ -113,10 +133,10 @@ Bill price_segment(const PlancConfig& cfg, const Segment& seg) {
   // mem_mib_s*mem_price/1024] / 3600, times permille/1000.  One common
   // denominator, one rounding (to micro-units; see billing.h).
   const i128 den = static_cast<i128>(kMicrosPerUnit) * 1024 * kSecondsPerHour * 1000;
-  i128 num = card_value * 1024 +
-             static_cast<i128>(b.core_seconds) * b.core_hour_price * kMicrosPerUnit * 1024 +
+  i128 num = static_cast<i128>(b.core_seconds) * b.core_hour_price * kMicrosPerUnit * 1024 +
              static_cast<i128>(b.mem_mib_seconds) * b.mem_gib_hour_price * kMicrosPerUnit;
   num *= b.price_permille;
+  num += card_value * 1024 * (matched ? 1000 : b.price_permille);
   b.amount_micros = round_half_up(num, den);
   b.amount_minor = minor_of_micros(b.amount_micros);
   if (b.amount_micros == 0) {

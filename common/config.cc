@@ -9,6 +9,8 @@
 #include <sstream>
 #include <vector>
 
+#include "common/market.h"
+
 namespace planc {
 namespace {
 
@@ -315,6 +317,25 @@ class Parser {
     while (cfg_.spool_dir.size() > 1 && cfg_.spool_dir.back() == '/') cfg_.spool_dir.pop_back();
     return true;
   }
+  bool set_market(const Pair& p) { return bool_value(p, &cfg_.market.enabled); }
+  bool set_market_interval(const Pair& p) {
+    return duration_value(p, 1, 86400, &cfg_.market.interval_seconds);
+  }
+  bool set_market_min(const Pair& p) {
+    auto m = parse_decimal_micros(p.value);
+    if (!m || *m <= 0 || *m > kMicrosPerUnit)
+      return bad(p, "'" + p.value +
+                        "' is not a share of the list price above 0 and at most 1 (e.g. 0.30)");
+    cfg_.market.min_permille = static_cast<uint32_t>(*m / 1000);
+    return true;
+  }
+  bool set_market_curve(const Pair& p) {
+    std::string why;
+    auto c = parse_floor_curve(p.value, &why);
+    if (!c) return bad(p, why);
+    cfg_.market.floor_curve = std::move(*c);
+    return true;
+  }
   bool set_shards(const Pair& p) { return uint_value(p, 1, 1000000, &cfg_.prices.shards_per_card); }
 
   // Card-hours per account per day, or "unlimited".
@@ -511,6 +532,10 @@ class Parser {
       {"MpsPerCard", &Parser::set_mps},
       {"ShardsPerCard", &Parser::set_shards},
       {"SpoolDir", &Parser::set_spool_dir},
+      {"Market", &Parser::set_market},
+      {"MarketInterval", &Parser::set_market_interval},
+      {"MarketMinFraction", &Parser::set_market_min},
+      {"MarketFloorCurve", &Parser::set_market_curve},
   };
   static constexpr Key kTierKeys[] = {
       {"QOS", &Parser::set_qos},

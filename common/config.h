@@ -55,6 +55,19 @@ struct Prices {
 // A spot cap that is not set.
 inline constexpr uint64_t kUnlimited = UINT64_MAX;
 
+// The P2 spot market's settings (common/market.h explains them).
+struct FloorPoint {
+  uint32_t vacancy_permille = 0;     // 0..1000
+  uint32_t multiplier_permille = 0;  // of CardHourPriceFloor
+};
+struct MarketConfig {
+  bool enabled = false;                 // Market=yes: the P2 market is open
+  uint32_t interval_seconds = 15 * 60;  // MarketInterval
+  uint32_t min_permille = 300;          // MarketMinFraction, of the list price
+  std::vector<FloorPoint> floor_curve{{0, 1000}, {300, 800}, {600, 600}};  // MarketFloorCurve
+  uint32_t lock_ahead_seconds = 24 * 3600;  // --lock-price: --begin at most this far ahead
+};
+
 struct PlancConfig {
   TierTable tiers = TierTable::defaults();
   // Tier for a job with no --qos whose association has no DefaultQOS.
@@ -90,6 +103,7 @@ struct PlancConfig {
   int32_t spot_utc_offset_seconds = 8 * 3600;  // UTC+08:00 (Beijing)
   uint32_t spot_day_seconds = 86400;           // shorter only for tests
   Prices prices;
+  MarketConfig market;
   // Where jobcomp/planc keeps its spool (common/spool.h): an absolute
   // path, or empty for <StateSaveLocation>/planc_jobcomp.  Read at start.
   std::string spool_dir;

@@ -12,12 +12,16 @@ struct Span {
   size_t begin, end;  // the mark, without separators
 };
 
-std::optional<Span> find_mark(std::string_view s) {
-  size_t b = s.find(kFreeAttemptTag);
+std::optional<Span> find_span(std::string_view s, std::string_view tag) {
+  size_t b = s.find(tag);
   if (b == std::string_view::npos) return std::nullopt;
   size_t e = s.find(kMarkSeparator, b);
   return Span{b, e == std::string_view::npos ? s.size() : e};
 }
+
+std::optional<Span> find_mark(std::string_view s) { return find_span(s, kFreeAttemptTag); }
+
+constexpr std::string_view kMarkLead = "[planc:";
 
 // 2026-11-30T01:47:12Z -> unix time (UTC, no time zone database needed).
 std::optional<time_t> parse_utc(std::string_view s) {
@@ -49,6 +53,33 @@ std::optional<time_t> parse_utc(std::string_view s) {
 
 }  // namespace
 
+std::optional<std::string_view> find_tagged_mark(std::string_view s, std::string_view tag) {
+  auto m = find_span(s, tag);
+  if (!m) return std::nullopt;
+  return s.substr(m->begin, m->end - m->begin);
+}
+
+std::string without_tagged_mark(std::string_view s, std::string_view tag) {
+  auto m = find_span(s, tag);
+  if (!m) return std::string(s);
+  std::string_view before = s.substr(0, m->begin);
+  std::string_view after = s.substr(m->end);
+  // Drop one separator: the one after the mark, else the one before it.
+  if (after.substr(0, kMarkSeparator.size()) == kMarkSeparator)
+    after.remove_prefix(kMarkSeparator.size());
+  else if (before.size() >= kMarkSeparator.size() &&
+           before.substr(before.size() - kMarkSeparator.size()) == kMarkSeparator)
+    before.remove_suffix(kMarkSeparator.size());
+  return std::string(before) + std::string(after);
+}
+
+std::string with_tagged_mark(std::string_view s, std::string_view tag, std::string_view mark) {
+  if (auto m = find_span(s, tag))
+    return std::string(s.substr(0, m->begin)) + std::string(mark) + std::string(s.substr(m->end));
+  if (s.empty()) return std::string(mark);
+  return std::string(mark) + std::string(kMarkSeparator) + std::string(s);
+}
+
 bool has_free_attempt_mark(std::string_view admin_comment) {
   return admin_comment.find(kFreeAttemptTag) != std::string_view::npos;
 }
@@ -67,23 +98,11 @@ std::string free_attempt_mark(const PlancConfig& cfg, TierId from, TierId to, ti
 
 std::string add_free_attempt_mark(std::string_view admin_comment, std::string_view mark) {
   std::string rest = remove_free_attempt_mark(admin_comment);
-  std::string out(mark);
-  if (!rest.empty()) out += std::string(kMarkSeparator) + rest;
-  return out;
+  return rest.empty() ? std::string(mark) : std::string(mark) + std::string(kMarkSeparator) + rest;
 }
 
 std::string remove_free_attempt_mark(std::string_view s) {
-  auto m = find_mark(s);
-  if (!m) return std::string(s);
-  std::string_view before = s.substr(0, m->begin);
-  std::string_view after = s.substr(m->end);
-  // Drop one separator: the one after the mark, else the one before it.
-  if (after.substr(0, kMarkSeparator.size()) == kMarkSeparator)
-    after.remove_prefix(kMarkSeparator.size());
-  else if (before.size() >= kMarkSeparator.size() &&
-           before.substr(before.size() - kMarkSeparator.size()) == kMarkSeparator)
-    before.remove_suffix(kMarkSeparator.size());
-  return std::string(before) + std::string(after);
+  return without_tagged_mark(s, kFreeAttemptTag);
 }
 
 std::optional<std::pair<TierId, TierId>> free_attempt_tiers(std::string_view s) {
@@ -109,15 +128,56 @@ std::optional<time_t> free_attempt_upgraded_at(std::string_view s) {
   return parse_utc(mark.substr(at + kAt.size()));
 }
 
+std::string fallback_mark(const PlancConfig& cfg, TierId to) {
+  const Tier& t = cfg.tiers.tier(to);
+  return std::string(kFallbackTag) + " a preempted run comes back in " + t.label + " (" + t.qos +
+         ")";
+}
+
+std::optional<TierId> fallback_pending(std::string_view s) {
+  auto m = find_tagged_mark(s, kFallbackTag);
+  constexpr std::string_view kLead = " a preempted run comes back in ";
+  if (!m || m->substr(kFallbackTag.size(), kLead.size()) != kLead) return std::nullopt;
+  return parse_tier_label(m->substr(kFallbackTag.size() + kLead.size(), 2));
+}
+
+namespace {
+std::string preempted_as(const PlancConfig& cfg, TierId from, time_t at) {
+  return std::string(kFallbackTag) + " preempted as " + cfg.tiers.tier(from).label +
+         std::string(kAt) + format_utc(at) + "; ";
+}
+}  // namespace
+
+std::string fallback_done_mark(const PlancConfig& cfg, TierId from, TierId to, time_t at) {
+  const Tier& t = cfg.tiers.tier(to);
+  return preempted_as(cfg, from, at) + "requeued in " + t.label + " (" + t.qos + "), billed at " +
+         t.label + "'s price from the next run";
+}
+
+std::string fallback_refused_mark(const PlancConfig& cfg, TierId from, TierId to, time_t at,
+                                  std::string_view why) {
+  const Tier& t = cfg.tiers.tier(to);
+  return preempted_as(cfg, from, at) + "not moved to " + t.label + " (" + t.qos +
+         "): " + std::string(why) + "; the job stays in " + cfg.tiers.tier(from).label;
+}
+
 std::optional<std::string> admin_comment_with_note(std::string_view current,
                                                    std::string_view note) {
-  auto m = find_mark(current);
-  std::string rest = remove_free_attempt_mark(current);
-  if (!rest.empty() && rest.compare(0, kPlancNote.size(), kPlancNote) != 0)
-    return std::nullopt;  // an admin's own comment
-  if (!m) return std::string(note);
-  return std::string(current.substr(m->begin, m->end - m->begin)) + std::string(kMarkSeparator) +
-         std::string(note);
+  // Plan C's marks are kept (in their order), its old note replaced; any
+  // other part is an admin's own text, which is never overwritten.
+  std::string marks;
+  for (std::string_view rest = current; !rest.empty();) {
+    size_t e = rest.find(kMarkSeparator);
+    std::string_view part = rest.substr(0, e);
+    rest =
+        e == std::string_view::npos ? std::string_view() : rest.substr(e + kMarkSeparator.size());
+    if (part.compare(0, kMarkLead.size(), kMarkLead) == 0) {
+      marks += std::string(part) + std::string(kMarkSeparator);
+    } else if (!part.empty() && part.compare(0, kPlancNote.size(), kPlancNote) != 0) {
+      return std::nullopt;  // an admin's own comment
+    }
+  }
+  return marks + std::string(note);
 }
 
 }  // namespace planc

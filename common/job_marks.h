@@ -37,6 +37,17 @@ inline constexpr std::string_view kFreeAttemptTag = "[planc:free-attempt]";
 // Joins the mark and any other text in an AdminComment.
 inline constexpr std::string_view kMarkSeparator = " | ";
 
+// Any Plan C mark: "[planc:<kind>] text", from its tag to the next " | " or
+// the end.  The functions below are these three for one tag.
+std::optional<std::string_view> find_tagged_mark(std::string_view admin_comment,
+                                                 std::string_view tag);
+// `admin_comment` with `mark` (which starts with `tag`) in place of the old
+// mark of that tag, or in front when there was none; other text kept.
+std::string with_tagged_mark(std::string_view admin_comment, std::string_view tag,
+                             std::string_view mark);
+// `admin_comment` without the mark of that tag (and its separator).
+std::string without_tagged_mark(std::string_view admin_comment, std::string_view tag);
+
 // True iff the tag occurs anywhere in `admin_comment`.
 bool has_free_attempt_mark(std::string_view admin_comment);
 
@@ -60,10 +71,29 @@ std::optional<std::pair<TierId, TierId>> free_attempt_tiers(std::string_view adm
 // mark or when the mark's time cannot be read.
 std::optional<time_t> free_attempt_upgraded_at(std::string_view admin_comment);
 
+// The spot-fallback mark (--spot-fallback, issue 15): a P2 or P3 job whose
+// preempted run comes back in its account's guaranteed tier.  Set at
+// submission:
+//   [planc:fallback] a preempted run comes back in P1 (p1-guaranteed)
+// and, once preempt/planc has moved the requeued job (its QoS changed, so
+// squeue shows it and the next run is billed at that tier's price):
+//   [planc:fallback] preempted as P3 at 2026-12-01T04:00:00Z; requeued in
+//   P1 (p1-guaranteed), billed at P1's price from the next run
+// or, when Slurm refused the move (the account may no longer use the tier):
+//   [planc:fallback] preempted as P3 at T; not moved to P1 (p1-guaranteed):
+//   <why>; the job stays in P3
+inline constexpr std::string_view kFallbackTag = "[planc:fallback]";
+std::string fallback_mark(const PlancConfig& cfg, TierId to);
+// The tier a job with a mark not yet acted on falls back to.
+std::optional<TierId> fallback_pending(std::string_view admin_comment);
+std::string fallback_done_mark(const PlancConfig& cfg, TierId from, TierId to, time_t at);
+std::string fallback_refused_mark(const PlancConfig& cfg, TierId from, TierId to, time_t at,
+                                  std::string_view why);
+
 // What preempt/planc writes into AdminComment when it preempts a job whose
-// AdminComment is `current`: its note replaces an earlier Plan C note, a
-// free-attempt mark is kept in front of it, and an admin's own text is
-// never overwritten (nullopt: leave AdminComment as it is).
+// AdminComment is `current`: its note replaces an earlier Plan C note,
+// Plan C's marks ([planc:...]) are kept in front of it, and an admin's own
+// text is never overwritten (nullopt: leave AdminComment as it is).
 std::optional<std::string> admin_comment_with_note(std::string_view current, std::string_view note);
 
 }  // namespace planc

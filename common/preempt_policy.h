@@ -178,6 +178,11 @@ struct PreemptionEvent {
   uint32_t preemptor_job = 0;  // 0: unknown
   TierId preemptor_tier = TierId::kP0;
   time_t when = 0;
+  // When the preemption started, in milliseconds since the epoch (0: not
+  // known, e.g. read from an older state file; `when` is used then).  The
+  // grace is timed from here: `when` is truncated to its second, and a
+  // grace timed from it could be up to a second short.
+  int64_t when_ms = 0;
   uint32_t grace_seconds = 0;
   bool requeue = false;
   uint32_t count_in_window = 0;  // including this one

@@ -11,6 +11,7 @@ namespace {
 constexpr std::string_view kHeaderV1 = "planc-preempt-state v1";
 constexpr std::string_view kHeaderV2 = "planc-preempt-state v2";
 constexpr std::string_view kHeaderV3 = "planc-preempt-state v3";  // preemptors' victims with runs
+constexpr std::string_view kHeaderV4 = "planc-preempt-state v4";  // graces' starts in ms
 
 using State = JobView::State;
 
@@ -75,6 +76,7 @@ std::optional<std::string> decode(std::string_view s) {
 }  // namespace
 
 PreemptionEvent PreemptionTracker::start(PreemptionEvent e, TimeMs now_ms) {
+  if (!e.when_ms) e.when_ms = now_ms;
   ledger_.record(e.victim_job, e.when);
   e.count_in_window = ledger_.count_in_window(e.victim_job, e.when);
   e.capped_until = ledger_.capped_until(e.victim_job, e.when);
@@ -318,7 +320,8 @@ std::string PreemptionTracker::serialize() {
             " " + std::to_string(static_cast<int64_t>(e.capped_until)) + " " +
             std::to_string(tier_index(e.victim_tier)) + " " + std::to_string(e.preemptor_job) +
             " " + std::to_string(tier_index(e.preemptor_tier)) + " " +
-            std::to_string(e.advised_tier + 1) + " " + encode(e.account) + "\n";
+            std::to_string(e.advised_tier + 1) + " " + std::to_string(e.when_ms) + " " +
+            encode(e.account) + "\n";
     records++;
   }
   for (const auto& [id, p] : preemptors_) {
@@ -329,7 +332,7 @@ std::string PreemptionTracker::serialize() {
     records++;
   }
   dirty_ = false;
-  return frame_state(kHeaderV3, body, records);
+  return frame_state(kHeaderV4, body, records);
 }
 
 Result<PreemptionTracker> PreemptionTracker::parse(std::string_view text, uint32_t max_count,
@@ -345,8 +348,13 @@ Result<PreemptionTracker> PreemptionTracker::parse(std::string_view text, uint32
   uint64_t records = 0;
   // v2 files (one release of this format) list a preemptor's victims
   // without their runs; read as run 0.
-  const bool v2 = text.substr(0, kHeaderV2.size() + 1) == std::string(kHeaderV2) + "\n";
-  auto framed = unframe_state(text, v2 ? kHeaderV2 : kHeaderV3, &records);
+  // v3 files have no grace starts in ms (read as 0: timed from `when`).
+  auto is = [&](std::string_view h) {
+    return text.substr(0, h.size() + 1) == std::string(h) + "\n";
+  };
+  const bool v2 = is(kHeaderV2);
+  const bool v3 = is(kHeaderV3);
+  auto framed = unframe_state(text, v2 ? kHeaderV2 : v3 ? kHeaderV3 : kHeaderV4, &records);
   if (!framed.ok())
     return R::failure("not a valid Plan C preemption state file: " + framed.error());
   auto lines = split_lines(framed.value());
@@ -374,9 +382,9 @@ Result<PreemptionTracker> PreemptionTracker::parse(std::string_view text, uint32
       for (size_t i = 1; i < num.size(); i++) times.push_back(static_cast<time_t>(num[i]));
     } else if (w[0] == "V") {
       // id phase when grace requeue count capped_until victim_tier
-      // preemptor preemptor_tier advised_tier+1, then the account.
-      if (num.size() != 11 || !num[0] || num[0] > 0xffffffffULL || num[1] > 1 ||
-          num[3] > 0xffffffffULL || num[5] > 0xffffffffULL || num[7] > 3 ||
+      // preemptor preemptor_tier advised_tier+1 [when_ms, v4], then the account.
+      if (num.size() != ((v2 || v3) ? 11u : 12u) || !num[0] || num[0] > 0xffffffffULL ||
+          num[1] > 1 || num[3] > 0xffffffffULL || num[5] > 0xffffffffULL || num[7] > 3 ||
           num[8] > 0xffffffffULL || num[9] > 3 || num[10] > kTierCount)
         return bad("bad preemption record");
       auto account = decode(w.back());
@@ -394,6 +402,7 @@ Result<PreemptionTracker> PreemptionTracker::parse(std::string_view text, uint32
       e.preemptor_job = static_cast<uint32_t>(num[8]);
       e.preemptor_tier = static_cast<TierId>(num[9]);
       e.advised_tier = static_cast<int8_t>(static_cast<int>(num[10]) - 1);
+      if (num.size() > 11) e.when_ms = static_cast<int64_t>(num[11]);
       e.account = *account;
       t.victims_[e.victim_job] = v;
     } else if (w[0] == "P") {

@@ -34,6 +34,7 @@
 #ifndef PLANC_COMMON_PREEMPTION_TRACKER_H_
 #define PLANC_COMMON_PREEMPTION_TRACKER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <ctime>
 #include <map>
@@ -56,11 +57,13 @@ inline constexpr TimeMs kNoGraceKillAfterMs = 500;
 // A preemptor still waiting this long after its preemption is left to
 // Slurm (something else holds it back).
 inline constexpr time_t kPreemptorWatchSeconds = 600;
-// The grace ends this long after its deadline second (Slurm compares
-// end_time with whole seconds: now >= end_time).  Small: a scheduling pass
-// that looks at the victim after that second ends the grace itself, without
-// the plugin's immediate SIGKILL (the kill check then follows).
+// The grace ends this long after its start (in ms) plus the grace.  Slurm
+// is told one second more (kSlurmGraceExtraSeconds) and compares its
+// end_time in whole seconds (now >= end_time), so its own scheduling passes
+// never end a grace before the plugin does: timed from the truncated second,
+// a 30 s grace could be 29.1 s.
 inline constexpr TimeMs kGraceSlackMs = 2;
+inline constexpr uint32_t kSlurmGraceExtraSeconds = 1;
 
 // What slurmctld shows of one watched job (the adapter reads it under the
 // job read lock).
@@ -198,7 +201,8 @@ class PreemptionTracker {
     bool operator==(const Preemptor&) const = default;
   };
   static TimeMs grace_end_ms(const PreemptionEvent& e) {
-    return (static_cast<TimeMs>(e.when) + e.grace_seconds) * 1000 + kGraceSlackMs;
+    const TimeMs started = std::max<TimeMs>(e.when_ms, static_cast<TimeMs>(e.when) * 1000);
+    return started + static_cast<TimeMs>(e.grace_seconds) * 1000 + kGraceSlackMs;
   }
   void drop_victim(uint32_t job_id);
 

@@ -81,7 +81,12 @@ LoadedState<T> load_state_file(const std::string& path, time_t now, Parse parse,
 }
 
 // Empty on success, else the error ("rename /x/y.new: No space left ...").
-std::optional<std::string> write_file_atomically(const std::string& path, std::string_view text);
+// kNoSync skips both fsyncs: readers still see the old file or the new one,
+// but a power loss may leave neither written out (for files rewritten every
+// few seconds that nothing needs after a crash: the metrics snapshots).
+enum class Durability : uint8_t { kSync, kNoSync };
+std::optional<std::string> write_file_atomically(const std::string& path, std::string_view text,
+                                                 Durability d = Durability::kSync);
 
 }  // namespace planc
 

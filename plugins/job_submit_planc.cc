@@ -19,6 +19,9 @@
 #include <mutex>
 #include <thread>
 
+#include "common/job_marks.h"
+#include "common/market.h"
+#include "common/preempt_policy.h"
 #include "common/spot_cap.h"
 #include "common/submit_policy.h"
 #include "plugins/mutex.h"
@@ -80,6 +83,7 @@ void watch_config(Shared* sh, planc::ConfigWatch watch) {
 // this plugin, so it is looked up on first need, again at most every 10 s
 // while missing.  job_submit calls are serialised by slurmctld.
 planc_spot_used_fn g_spot_used = nullptr;
+planc_spot_refused_fn g_spot_refused = nullptr;  // found with g_spot_used
 time_t g_spot_lookup_at = 0;
 bool g_spot_warned = false;
 
@@ -109,6 +113,7 @@ void check_spot_cap(const planc::PlancConfig& cfg, const planc::SubmitRequest& r
   if (!g_spot_used && now - g_spot_lookup_at >= 10) {
     g_spot_lookup_at = now;
     g_spot_used = planc::find_spot_used();
+    g_spot_refused = planc::find_spot_refused();
   }
   uint64_t used = 0;
   if (!g_spot_used || !g_spot_used(account.c_str(), planc::tier_index(d->tier->id), now, &used)) {
@@ -121,6 +126,103 @@ void check_spot_cap(const planc::PlancConfig& cfg, const planc::SubmitRequest& r
     return;
   }
   planc::apply_spot_cap(cfg, planc::entitlement_of(req), used, now, d);
+  if (d->error == planc::SubmitError::kSpotCap && g_spot_refused)
+    g_spot_refused(planc::tier_index(d->tier->id));
+}
+
+// The P2 market (spank/planc's options, Market=yes): the options checked
+// against the job's tier, the market's prices and the account's guaranteed
+// tiers; a P2 job in an open market is held for the next round with the
+// market's mark in its AdminComment (common/market.h), and told so.
+planc_market_floor_fn g_market_floor = nullptr;
+time_t g_market_lookup_at = 0;
+
+struct MarketAnswer {
+  bool ok = true;
+  std::string error;     // refused: for the user
+  std::string note;      // accepted: for the user
+  std::string mark;      // the market's mark for the job's AdminComment
+  bool hold = false;     // held for the next round
+  std::string fallback;  // the spot-fallback mark (common/job_marks.h)
+};
+
+MarketAnswer check_market(const planc::PlancConfig& cfg, const planc::SubmitRequest& req,
+                          const planc::SubmitDecision& d, const planc::slurm::MarketOptions& opt) {
+  MarketAnswer a;
+  if (!d.tier) return a;
+  const bool p2 = d.tier->id == planc::TierId::kP2;
+  if (!opt.any && !(cfg.market.enabled && p2)) return a;
+  auto refuse = [&](std::string why) {
+    a.ok = false;
+    a.error = std::move(why);
+    return a;
+  };
+  const time_t now = time(nullptr);
+  planc::MarketRequest r;
+  r.bid_text = opt.bid.value_or("");
+  if (opt.bid && r.bid_text.empty()) r.bid_text = " ";  // --bid= : not a price
+  r.lock_price = opt.lock_price;
+  r.begin = opt.begin;
+  r.spot_fallback = opt.spot_fallback;
+  r.tier = d.tier->label;
+  r.currency = cfg.prices.currency;
+  auto list = cfg.prices.card_hour.find(opt.gpu_type);
+  r.list = list != cfg.prices.card_hour.end() ? list->second : cfg.prices.default_card_hour;
+  r.floor = planc::market_floor(cfg.prices.card_hour_floor, r.list, 0, cfg.market);
+  if (!g_market_floor && now - g_market_lookup_at >= 10) {
+    g_market_lookup_at = now;
+    g_market_floor = planc::find_market_floor();
+  }
+  int64_t floor = 0, next_round = 0;
+  const bool running = g_market_floor && g_market_floor(opt.gpu_type.c_str(), &floor, &next_round);
+  if (running) r.floor = floor;
+  const planc::Entitlement ent = planc::entitlement_of(req);
+  const planc::Tier* fallback = planc::advised_tier(cfg, d.tier->id, ent);
+  r.has_guaranteed_alternative = fallback && (!ent.known || ent.allows(*fallback));
+  r.account = req.account;
+  planc::MarketCheck c = planc::check_market_request(r, now, cfg.market);
+  if (!c.ok) return refuse(c.error);
+  // --spot-fallback needs no market: preempt/planc acts on its mark.
+  if (opt.spot_fallback) {
+    a.fallback = planc::fallback_mark(cfg, fallback->id);
+    a.note = "--spot-fallback: a preempted run of this job comes back in " + fallback->label +
+             " (" + fallback->qos + "), billed at " + fallback->label + "'s price from then on";
+  }
+  const char* option = opt.lock_price ? "--lock-price" : opt.bid ? "--bid" : nullptr;
+  if (!option && !(cfg.market.enabled && p2)) return a;
+  if (!cfg.market.enabled)
+    return refuse("the P2 spot market is not open on this cluster (planc.conf Market=no): leave " +
+                  std::string(option) + " out, and the job takes the P2 price");
+  if (!running) {
+    if (option)
+      return refuse(
+          "the P2 spot market is not running: slurmctld/planc, which holds its rounds, is not "
+          "loaded (SlurmctldPlugstack=planc); leave " +
+          std::string(option) + " out, and the job takes the P2 price");
+    return a;  // no rounds: the job is not held
+  }
+  auto join = [&](std::string text) { a.note = a.note.empty() ? text : text + "; " + a.note; };
+  if (opt.lock_price) {
+    a.mark = planc::market_mark_locked(r.floor, cfg.prices.currency, now);
+    join("P2 spot market: price locked at " + planc::format_micros(r.floor) + " " +
+         cfg.prices.currency + "/card-hour (the floor now) for its runs from " +
+         planc::format_utc(opt.begin) +
+         "; no round: the job starts at its --begin time as P2 "
+         "capacity allows");
+    return a;
+  }
+  a.mark = planc::market_mark_waiting(c.bid, cfg.prices.currency, next_round);
+  a.hold = true;
+  std::string text =
+      "P2 spot market: " +
+      (c.bid
+           ? "your bid " + planc::format_micros(*c.bid) + " " + cfg.prices.currency + "/card-hour"
+           : "no bid: the round's price, at most the list price " + planc::format_micros(r.list)) +
+      "; the job waits for the round at " + planc::format_utc(next_round) + " (floor now " +
+      planc::format_micros(r.floor) + ")";
+  if (!c.note.empty()) text += "; " + c.note;
+  join(std::move(text));
+  return a;
 }
 
 int internal_error(const char* where, const char* what, char** err_msg) {
@@ -174,7 +276,16 @@ PLANC_EXPORT int job_submit(job_desc_msg_t* job_desc, uint32_t submit_uid, char*
     planc::SubmitDecision d = planc::decide_submit(cfg, req);
     check_spot_cap(cfg, req, &d);
     if (!d.ok()) return refuse(d, err_msg);
+    MarketAnswer m = check_market(cfg, req, d, planc::slurm::market_options(job_desc));
+    if (!m.ok) {
+      if (err_msg) *err_msg = xstrdup(m.error.c_str());
+      debug("%s: refused: %s", plugin_type, m.error.c_str());
+      return ESLURM_INVALID_QOS;
+    }
     planc::slurm::apply_decision(d, job_desc);
+    if (!m.mark.empty()) planc::slurm::mark_for_market(m.mark, m.hold, job_desc);
+    if (!m.fallback.empty()) planc::slurm::mark_for_fallback(m.fallback, job_desc);
+    if (!m.note.empty() && err_msg) *err_msg = xstrdup(m.note.c_str());
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
     return internal_error("job_submit", e.what(), err_msg);

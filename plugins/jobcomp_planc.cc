@@ -261,7 +261,8 @@ void write_metrics(planc::BillingCounters c, uint64_t processed,
   snap.source = "jobcomp";
   snap.written = now;
   planc::add_billing_samples(c, &snap);
-  if (auto err = planc::write_file_atomically(g_metrics_path, planc::serialize_snapshot(snap)))
+  if (auto err = planc::write_file_atomically(g_metrics_path, planc::serialize_snapshot(snap),
+                                              planc::Durability::kNoSync))
     error("%s: metrics snapshot: %s", plugin_type, err->c_str());
 }
 

@@ -8,6 +8,9 @@
 // then answers "unknown" / does nothing.
 //   planc_spot_used_v1        slurmctld/planc's daily spot-cap counters,
 //                             read by job_submit/planc;
+//   planc_market_floor_v1     the P2 market's floor, read by job_submit/planc;
+//   planc_spot_refused_v1     counts a spot-cap refusal of job_submit/planc
+//                             in slurmctld/planc's metrics;
 //   planc_preempt_run_end_v1  preempt/planc's completion hook, called by
 //                             jobcomp/planc.
 #ifndef PLANC_PLUGINS_PLANC_SHARED_H_
@@ -27,6 +30,17 @@
 // down).  Thread-safe, non-blocking (a short mutex, no I/O).
 typedef int (*planc_spot_used_fn)(const char* account, int tier, int64_t now, uint64_t* used);
 #define PLANC_SPOT_USED_SYMBOL "planc_spot_used_v1"
+// Counts one submission or QoS update refused by the spot cap in tier
+// `tier` (0..3).  Thread-safe, lock-free.
+typedef void (*planc_spot_refused_fn)(int tier);
+#define PLANC_SPOT_REFUSED_SYMBOL "planc_spot_refused_v1"
+// The P2 market's current floor for a GPU type ("" or unknown: the default
+// list price's), micro-units per card-hour, and when its next round is
+// (Unix time).  Returns 1 and sets both when the market is open
+// (Market=yes) and slurmctld/planc runs, else 0.  Thread-safe,
+// non-blocking (a short mutex).
+typedef int (*planc_market_floor_fn)(const char* gpu_type, int64_t* floor, int64_t* next_round);
+#define PLANC_MARKET_FLOOR_SYMBOL "planc_market_floor_v1"
 #define PLANC_SLURMCTLD_OBJECT "slurmctld_planc.so"
 
 // preempt/planc's hook in slurmctld's completion path, called by
@@ -76,6 +90,14 @@ inline void* find_plugin_symbol(const char* object, const char* symbol) {
 inline planc_spot_used_fn find_spot_used() {
   return reinterpret_cast<planc_spot_used_fn>(
       find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_SPOT_USED_SYMBOL));
+}
+inline planc_market_floor_fn find_market_floor() {
+  return reinterpret_cast<planc_market_floor_fn>(
+      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_MARKET_FLOOR_SYMBOL));
+}
+inline planc_spot_refused_fn find_spot_refused() {
+  return reinterpret_cast<planc_spot_refused_fn>(
+      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_SPOT_REFUSED_SYMBOL));
 }
 
 }  // namespace planc

@@ -61,6 +61,10 @@ struct Plugin {
   // SIGKILL orders of graceless victims, captured when they are preempted
   // (their node list is gone once Slurm requeues them).
   std::map<uint32_t, planc::slurm::JobSignal> kill_orders GUARDED_BY(mu);
+  // Preempted --spot-fallback jobs being requeued: the worker moves each to
+  // its fallback tier once it is pending again.
+  // Job id -> the restart count of the run that was preempted.
+  std::map<uint32_t, uint32_t> fallbacks GUARDED_BY(mu);
   // The jobs the ledger may hold, readable without mu by the hot paths.
   // Written under mu.
   planc::LedgerFilter in_ledger;

@@ -30,6 +30,8 @@ constexpr auto kBusyTick = std::chrono::milliseconds(200);
 constexpr auto kIdleTick = std::chrono::milliseconds(5000);
 // How often the metrics snapshot is written (the idle tick's pace).
 constexpr auto kMetricsInterval = std::chrono::seconds(5);
+// A pass that starts or lasts longer than this past its time is logged.
+constexpr auto kStallReport = std::chrono::seconds(10);
 
 planc::TimeMs now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
@@ -172,6 +174,45 @@ void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
   if (reschedule) queue_job_scheduler();  // only signals the scheduler thread
 }
 
+// Moves requeued --spot-fallback jobs to their guaranteed tier (one hold of
+// the update locks).  Returns the jobs settled: moved, refused or gone.
+std::vector<uint32_t> fall_back(Plugin& p, const std::vector<std::pair<uint32_t, uint32_t>>& ids) {
+  using K = planc::slurm::FallbackResult::Kind;
+  const Policy& pol = policy(p);
+  const planc::PlancConfig& cfg = *pol.config;
+  std::vector<std::pair<uint32_t, planc::slurm::FallbackResult>> results;
+  slurmctld_lock_t locks = planc::slurm::job_update_locks();
+  lock_slurmctld(locks);
+  for (const auto& [id, run] : ids)
+    results.emplace_back(id, planc::slurm::apply_fallback(cfg, pol.tiers, id, run, time(nullptr)));
+  unlock_slurmctld(locks);
+  std::vector<uint32_t> settled;
+  bool moved = false;
+  for (const auto& [id, r] : results) {
+    if (r.kind == K::kNotYet) continue;
+    settled.push_back(id);
+    const char* from = cfg.tiers.tier(r.from).label.c_str();
+    const char* to = cfg.tiers.tier(r.to).label.c_str();
+    if (r.kind == K::kMoved) {
+      moved = true;
+      info("%s: JobId=%u: preempted as %s with --spot-fallback: requeued in %s (%s)", plugin_type,
+           id, from, to, cfg.tiers.tier(r.to).qos.c_str());
+    } else if (r.kind == K::kRefused) {
+      error(
+          "%s: JobId=%u: --spot-fallback: Slurm refused the move from %s to %s (%s); the job "
+          "stays in %s and its AdminComment says why",
+          plugin_type, id, from, to, r.why.c_str(), from);
+    } else if (r.kind == K::kMissed) {
+      error(
+          "%s: JobId=%u: --spot-fallback: it started again in %s before it could be moved to "
+          "%s; it falls back at its next preemption",
+          plugin_type, id, from, to);
+    }
+  }
+  if (moved) queue_job_scheduler();  // only signals the scheduler thread
+  return settled;
+}
+
 // Forgets the counts of jobs that have ended.
 void forget_ended_jobs(Plugin& p) {
   std::vector<uint32_t> ids;
@@ -206,10 +247,13 @@ void write_metrics(Plugin& p) {
     for (uint32_t id : ids) counts.push_back(ledger.count_in_window(id, now));
     started = p.preemptions_started;
   }
-  slurmctld_lock_t job_read = {.job = READ_LOCK};
-  lock_slurmctld(job_read);
-  auto tiers = planc::slurm::tiers_of(policy(p).tiers, ids);
-  unlock_slurmctld(job_read);
+  std::map<uint32_t, planc::TierId> tiers;
+  if (!ids.empty()) {  // no lock for an empty ledger, the usual case
+    slurmctld_lock_t job_read = {.job = READ_LOCK};
+    lock_slurmctld(job_read);
+    tiers = planc::slurm::tiers_of(policy(p).tiers, ids);
+    unlock_slurmctld(job_read);
+  }
   std::vector<std::pair<planc::TierId, uint32_t>> per_job;
   for (size_t i = 0; i < ids.size(); i++)
     if (auto it = tiers.find(ids[i]); it != tiers.end())
@@ -218,7 +262,8 @@ void write_metrics(Plugin& p) {
   s.source = "preempt";
   s.written = now;
   planc::add_preemption_samples(started, per_job, ids.size(), &s);
-  if (auto err = planc::write_file_atomically(p.metrics_path, planc::serialize_snapshot(s)))
+  if (auto err = planc::write_file_atomically(p.metrics_path, planc::serialize_snapshot(s),
+                                              planc::Durability::kNoSync))
     error("%s: metrics snapshot: %s", plugin_type, err->c_str());
 }
 
@@ -231,16 +276,27 @@ void run_worker(Plugin* pp) {
   auto last_write = std::chrono::steady_clock::now() - kStateWriteInterval;
   planc::MutexLock l(p.mu);
   while (!p.stop) {
-    bool busy = p.tracker.busy() || p.tracker.dirty();
+    bool busy = p.tracker.busy() || p.tracker.dirty() || !p.fallbacks.empty();
     p.worker_idle = !busy;
-    auto wake = Clock::now() + (busy ? kBusyTick : kIdleTick);
+    // The wait runs on the steady clock, as the other plugins' do: a step
+    // of the wall clock (NTP on a machine just booted) neither stalls the
+    // worker nor wakes it early.  The tracker's due times are wall-clock
+    // milliseconds, so they become a delay from now.
+    auto wake = std::chrono::steady_clock::now() + (busy ? kBusyTick : kIdleTick);
     if (auto due = p.tracker.next_due())
-      wake = std::min(wake, Clock::time_point(std::chrono::milliseconds(*due)));
+      wake = std::min(wake,
+                      std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(std::max<planc::TimeMs>(0, *due - now_ms())));
     while (!p.stop && !p.wake && p.cv.wait_until(l, wake) == std::cv_status::no_timeout) {
     }
     p.wake = false;
     p.worker_idle = false;
     if (p.stop) break;
+    const auto pass_start = std::chrono::steady_clock::now();
+    if (pass_start - wake > kStallReport)
+      error("%s: the worker woke %lld s late (the metrics snapshot and graces waited)", plugin_type,
+            static_cast<long long>(
+                std::chrono::duration_cast<std::chrono::seconds>(pass_start - wake).count()));
     l.unlock();
     reload(p);
     l.lock();
@@ -262,6 +318,13 @@ void run_worker(Plugin* pp) {
         l.lock();
       }
     }
+    if (!p.fallbacks.empty()) {
+      std::vector<std::pair<uint32_t, uint32_t>> ids(p.fallbacks.begin(), p.fallbacks.end());
+      l.unlock();
+      std::vector<uint32_t> settled = fall_back(p, ids);
+      l.lock();
+      for (uint32_t id : settled) p.fallbacks.erase(id);
+    }
     if (std::chrono::steady_clock::now() - last_metrics >= kMetricsInterval) {
       l.unlock();
       write_metrics(p);
@@ -274,6 +337,10 @@ void run_worker(Plugin* pp) {
       last_sweep = time(nullptr);
       l.lock();
     }
+    if (auto took = std::chrono::steady_clock::now() - pass_start; took > kStallReport)
+      error("%s: one pass of the worker took %lld s (slurmctld's job lock or the disk)",
+            plugin_type,
+            static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(took).count()));
     if (!p.tracker.dirty() || std::chrono::steady_clock::now() - last_write < kStateWriteInterval)
       continue;
     std::string text = p.tracker.serialize();
@@ -313,14 +380,18 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
   // threads took the CPU from the cycle.
   std::optional<planc::slurm::JobSignal> kill;
   if (!e.grace_seconds && job->batch_flag) kill = planc::slurm::job_signal_order(job, SIGKILL);
+  // A --spot-fallback job to be requeued: the worker moves it to its
+  // guaranteed tier once it is pending again (rare: woken at once).
+  const bool fallback = e.requeue && planc::slurm::fallback_pending(job);
   bool wake;
   {
     planc::MutexLock l(p.mu);
+    if (fallback) p.fallbacks[job->job_id] = job->restart_cnt;
     e = p.tracker.start(e, now_ms());
     p.preemptions_started[planc::tier_index(victim->id)]++;
     p.in_ledger.add(job->job_id);
     if (kill) p.kill_orders[job->job_id] = std::move(*kill);
-    wake = e.grace_seconds || p.worker_idle;
+    wake = e.grace_seconds || p.worker_idle || fallback;
     if (wake) {
       p.wake = true;
       p.worker_idle = false;
@@ -333,7 +404,9 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
        plugin_type, job, victim->label.c_str(), e.preemptor_job,
        e.preemptor_job ? cfg.tiers.tier(e.preemptor_tier).label.c_str() : "?", e.grace_seconds,
        e.requeue ? "requeue" : "cancel", e.count_in_window);
-  return e.grace_seconds;
+  // Slurm's deadline a second past the plugin's (kSlurmGraceExtraSeconds):
+  // the worker ends the grace on time, to the millisecond.
+  return e.grace_seconds ? e.grace_seconds + planc::kSlurmGraceExtraSeconds : 0;
 }
 
 int run_ended(Plugin& p, job_record_t* job) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/job_marks.h"
+#include "common/market.h"
 
 namespace planc::slurm {
 namespace {
@@ -87,6 +88,46 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
   const char* partition = desc->partition ? desc->partition : job->partition;
   lookup_assoc(cfg, job->user_id, account, partition, &req);
   return req;
+}
+
+MarketOptions market_options(const job_desc_msg_t* desc) {
+  MarketOptions m;
+  for (uint32_t i = 0; desc->spank_job_env && i < desc->spank_job_env_size; i++) {
+    std::string_view e = desc->spank_job_env[i] ? desc->spank_job_env[i] : "";
+    auto value = [&](std::string_view name) -> std::optional<std::string> {
+      if (e.size() > name.size() && e.substr(0, name.size()) == name && e[name.size()] == '=')
+        return std::string(e.substr(name.size() + 1));
+      return std::nullopt;
+    };
+    if (auto v = value("PLANC_BID")) m.bid = *v;
+    if (value("PLANC_LOCK_PRICE")) m.lock_price = true;
+    if (value("PLANC_SPOT_FALLBACK")) m.spot_fallback = true;
+  }
+  m.any = m.bid || m.lock_price || m.spot_fallback;
+  if (desc->begin_time && desc->begin_time != NO_VAL) m.begin = desc->begin_time;
+  for (const char* tres :
+       {desc->tres_per_node, desc->tres_per_job, desc->tres_per_socket, desc->tres_per_task})
+    if (tres && m.gpu_type.empty()) m.gpu_type = gpu_type_of(tres);
+  return m;
+}
+
+namespace {
+// A new job's AdminComment with `mark` in place of its tag's old one.
+void put_mark(job_desc_msg_t* desc, std::string_view tag, const std::string& mark) {
+  std::string comment = with_tagged_mark(desc->admin_comment ? desc->admin_comment : "", tag, mark);
+  xfree(desc->admin_comment);
+  desc->admin_comment = xstrdup(comment.c_str());
+}
+}  // namespace
+
+void mark_for_market(const std::string& mark, bool hold, job_desc_msg_t* desc) {
+  if (hold) desc->priority = 0;
+  put_mark(desc, kMarketTag, mark);
+}
+
+void mark_for_fallback(const std::string& mark, job_desc_msg_t* desc) {
+  desc->requeue = 1;  // a preempted run comes back: requeued, not cancelled
+  put_mark(desc, kFallbackTag, mark);
 }
 
 const Tier* job_tier(const PlancConfig& cfg, const job_record_t* job) {
@@ -181,16 +222,24 @@ TierId counted_tier(const job_record_t* job, TierId tier) {
   return ft ? ft->first : tier;
 }
 
+// Whether the 5 s sample keeps watching the job (common/job_watch.h).
+bool watched(const job_record_t* job, const Tier* t) {
+  return t && (IS_JOB_RUNNING(job) || (IS_JOB_PENDING(job) && !t->preemptible));
+}
+
 }  // namespace
 
 size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* starvable,
-                       std::vector<MarkedJob>* marked_jobs) {
+                       std::vector<MarkedJob>* marked_jobs, std::vector<uint32_t>* watch) {
   size_t seen = 0;
   ListIterator it = list_iterator_create(job_list);
   while (auto* job = static_cast<job_record_t*>(list_next(it))) {
-    if (!IS_JOB_PENDING(job)) continue;
-    ++seen;
+    const bool pending = IS_JOB_PENDING(job);
+    if (!pending && !IS_JOB_RUNNING(job)) continue;
     const Tier* t = job_tier(tiers, job);
+    if (watched(job, t)) watch->push_back(job->job_id);
+    if (!pending) continue;
+    ++seen;
     if (!t) continue;
     if (t->starves_into) starvable->push_back(pending_facts(job, t->id));
     if (marked(job)) marked_jobs->push_back(marked_facts(tiers, job, t->id));
@@ -214,89 +263,103 @@ std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id) 
   return marked_facts(tiers, job, t ? t->id : TierId::kP0);
 }
 
-void collect_running_spot(const QosTierCache& tiers, int gpu_pos,
-                          const std::vector<uint32_t>& tracked,
-                          std::vector<RunningSpotJob>* running, std::map<uint32_t, time_t>* ended) {
-  ListIterator it = list_iterator_create(job_list);
-  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
-    if (!IS_JOB_RUNNING(job)) continue;
-    const Tier* t = job_tier(tiers, job);
-    if (!t || !t->preemptible) continue;
-    uint32_t gpus = 0;
-    if (gpu_pos >= 0 && job->tres_alloc_cnt)
-      gpus = static_cast<uint32_t>(job->tres_alloc_cnt[gpu_pos]);
-    TierId counted = counted_tier(job, t->id);
-    running->push_back({job->job_id, str(job->account), counted, gpus, job->start_time});
+namespace {
+
+// Why a pending guaranteed job is held back by its own limits, or nullptr.
+const char* held_back_reason(const job_record_t* job) {
+  switch (reason_of(job)) {
+    case PendingReason::kHeld:
+      return "held";
+    case PendingReason::kDependency:
+      return "dependency";
+    case PendingReason::kBeginTime:
+      return "begin_time";
+    case PendingReason::kAccountLimit:
+      return "limit";
+    default:
+      return nullptr;
   }
-  list_iterator_destroy(it);
+}
+
+}  // namespace
+
+namespace {
+
+// One job's part of the sample.
+void sample_job(const QosTierCache& tiers, int gpu_pos, const job_record_t* job, JobSample* out) {
+  out->visited++;
+  const bool run = IS_JOB_RUNNING(job);
+  if (!run && !IS_JOB_PENDING(job)) return;
+  const Tier* t = job_tier(tiers, job);
+  if (!t) return;
+  if (watched(job, t)) out->watch.push_back(job->job_id);
+  if (!t->preemptible) {
+    if (run) {
+      out->guaranteed_running.push_back({job->job_id, t->id, job->start_time,
+                                         job->details ? job->details->begin_time : 0,
+                                         job->details ? job->details->submit_time : 0});
+    } else {
+      out->guaranteed_pending.push_back(job->job_id);
+      if (const char* reason = held_back_reason(job))
+        out->guaranteed_held.push_back({job->job_id, reason});
+    }
+  }
+  if (!run) return;
+  PoolUsage& u = out->pool;
+  const uint32_t gpus =
+      gpu_pos >= 0 && job->tres_alloc_cnt ? static_cast<uint32_t>(job->tres_alloc_cnt[gpu_pos]) : 0;
+  const int k = tier_index(t->id);
+  u.running_jobs[k]++;
+  u.allocated_gpus[k] += gpus;
+  if (t->preemptible)
+    out->spot_running.push_back(
+        {job->job_id, str(job->account), counted_tier(job, t->id), gpus, job->start_time});
+}
+
+void sample_job_id(const QosTierCache& tiers, int gpu_pos, uint32_t id, JobSample* out) {
+  if (const job_record_t* job = find_job_record(id)) sample_job(tiers, gpu_pos, job, out);
+}
+
+}  // namespace
+
+JobIdSpace job_id_space() {
+  return {get_next_job_id(true), slurm_conf.first_job_id, slurm_conf.max_job_id};
+}
+
+void sample_jobs(const QosTierCache& tiers, int gpu_pos, const std::vector<uint32_t>& tracked,
+                 const JobWatch::Plan& plan, JobSample* out) {
+  PoolUsage& u = out->pool;
+  if (gpu_pos >= 0)
+    for (int i = 0; i < node_record_count; i++) {
+      const node_record_t* node = node_record_table_ptr[i];
+      if (node && node->tres_cnt) u.pool_gpus += node->tres_cnt[gpu_pos];
+    }
+  out->walked = plan.walk;
+  if (plan.walk) {
+    ListIterator it = list_iterator_create(job_list);
+    while (auto* job = static_cast<job_record_t*>(list_next(it)))
+      sample_job(tiers, gpu_pos, job, out);
+    list_iterator_destroy(it);
+  } else {
+    for (uint32_t id : plan.ids) sample_job_id(tiers, gpu_pos, id, out);
+    for (const IdRange& r : plan.new_ids)
+      for (uint64_t id = r.first; id <= r.last; id++)
+        if (!std::binary_search(plan.ids.begin(), plan.ids.end(), static_cast<uint32_t>(id)))
+          sample_job_id(tiers, gpu_pos, static_cast<uint32_t>(id), out);
+  }
   for (uint32_t id : tracked) {
     const job_record_t* job = find_job_record(id);
     if (job && IS_JOB_RUNNING(job)) continue;
-    (*ended)[id] = job && IS_JOB_FINISHED(job) ? job->end_time : 0;
+    out->spot_ended[id] = job && IS_JOB_FINISHED(job) ? job->end_time : 0;
   }
-}
-
-PoolUsage pool_usage(const QosTierCache& tiers, int gpu_pos) {
-  PoolUsage u;
-  if (gpu_pos < 0) return u;
-  for (int i = 0; i < node_record_count; i++) {
-    const node_record_t* node = node_record_table_ptr[i];
-    if (node && node->tres_cnt) u.pool_gpus += node->tres_cnt[gpu_pos];
-  }
-  ListIterator it = list_iterator_create(job_list);
-  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
-    if (!IS_JOB_RUNNING(job)) continue;
-    const Tier* t = job_tier(tiers, job);
-    if (!t) continue;
-    const int k = tier_index(t->id);
-    u.running_jobs[k]++;
-    if (job->tres_alloc_cnt) u.allocated_gpus[k] += job->tres_alloc_cnt[gpu_pos];
-  }
-  list_iterator_destroy(it);
-  return u;
-}
-
-void guaranteed_jobs(const QosTierCache& tiers, std::vector<GuaranteedRun>* running,
-                     std::vector<HeldBack>* held, std::vector<uint32_t>* pending) {
-  ListIterator it = list_iterator_create(job_list);
-  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
-    const bool run = IS_JOB_RUNNING(job);
-    if (!run && !IS_JOB_PENDING(job)) continue;
-    const Tier* t = job_tier(tiers, job);
-    if (!t || t->preemptible) continue;
-    if (run) {
-      running->push_back({job->job_id, t->id, job->start_time,
-                          job->details ? job->details->begin_time : 0,
-                          job->details ? job->details->submit_time : 0});
-      continue;
-    }
-    pending->push_back(job->job_id);
-    const char* reason = nullptr;
-    switch (reason_of(job)) {
-      case PendingReason::kHeld:
-        reason = "held";
-        break;
-      case PendingReason::kDependency:
-        reason = "dependency";
-        break;
-      case PendingReason::kBeginTime:
-        reason = "begin_time";
-        break;
-      case PendingReason::kAccountLimit:
-        reason = "limit";
-        break;
-      default:
-        break;
-    }
-    if (reason) held->push_back({job->job_id, reason});
-  }
-  list_iterator_destroy(it);
 }
 
 std::map<uint32_t, TierId> tiers_of(const QosTierCache& tiers, const std::vector<uint32_t>& ids) {
   std::map<uint32_t, TierId> out;
-  for (uint32_t id : ids)
-    if (const Tier* t = job_tier(tiers, find_job_record(id))) out[id] = t->id;
+  for (uint32_t id : ids) {
+    const job_record_t* job = find_job_record(id);
+    if (const Tier* t = job_tier(tiers, job)) out[id] = counted_tier(job, t->id);
+  }
   return out;
 }
 
@@ -314,12 +377,16 @@ std::string admin_comment(uint32_t job_id) {
   return job ? str(job->admin_comment) : std::string();
 }
 
-int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* comment) {
+namespace {
+// One update as SlurmUser through slurmctld's own path; NO_VAL priority:
+// left as it is.
+int update_as_slurm_user(uint32_t job_id, const char* qos, const char* comment, uint32_t priority) {
   job_desc_msg_t desc;
   slurm_init_job_desc_msg(&desc);
   desc.job_id = job_id;
   desc.qos = qos ? xstrdup(qos) : nullptr;
   desc.admin_comment = comment ? xstrdup(comment) : nullptr;
+  if (priority != NO_VAL) desc.priority = priority;
   slurm_msg_t msg;
   slurm_msg_t_init(&msg);
   msg.data = &desc;
@@ -329,6 +396,90 @@ int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* comme
   xfree(desc.admin_comment);
   xfree(desc.alloc_node);
   return rc;
+}
+}  // namespace
+
+int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* comment) {
+  return update_as_slurm_user(job_id, qos, comment, NO_VAL);
+}
+
+bool fallback_pending(const job_record_t* job) {
+  return job->admin_comment && planc::fallback_pending(job->admin_comment);
+}
+
+FallbackResult apply_fallback(const PlancConfig& cfg, const QosTierCache& tiers, uint32_t job_id,
+                              uint32_t run, time_t now) {
+  using K = FallbackResult::Kind;
+  FallbackResult r;
+  job_record_t* job = find_job_record(job_id);
+  if (!job || IS_JOB_FINISHED(job)) return r;
+  const std::string comment = str(job->admin_comment);
+  auto to = planc::fallback_pending(comment);
+  const Tier* now_in = job_tier(tiers, job);
+  if (!to || !now_in || now_in->id == *to) return r;
+  r.to = *to;
+  r.from = now_in->id;
+  if (!IS_JOB_PENDING(job)) {
+    // Running again: missed; running with no preemption in progress: it
+    // was called off (nothing to do); else its grace or requeue goes on.
+    r.kind = job->restart_cnt > run                      ? K::kMissed
+             : IS_JOB_RUNNING(job) && !job->preempt_time ? K::kGone
+                                                         : K::kNotYet;
+    return r;
+  }
+  // A starved P3 job on its free P2 attempt falls back from P3.
+  auto free = free_attempt_tiers(comment);
+  r.from = free ? free->first : now_in->id;
+  const std::string moved = remove_free_attempt_mark(
+      with_tagged_mark(comment, kFallbackTag, fallback_done_mark(cfg, r.from, r.to, now)));
+  int rc = update_job_as_slurm_user(job_id, cfg.tiers.tier(r.to).qos.c_str(), moved.c_str());
+  if (rc == SLURM_SUCCESS) {
+    r.kind = K::kMoved;
+    return r;
+  }
+  r.kind = K::kRefused;
+  r.why = slurm_strerror(rc);
+  const std::string refused =
+      with_tagged_mark(comment, kFallbackTag, fallback_refused_mark(cfg, r.from, r.to, now, r.why));
+  update_job_as_slurm_user(job_id, nullptr, refused.c_str());
+  return r;
+}
+
+int release_job_as_slurm_user(uint32_t job_id, const char* comment) {
+  return update_as_slurm_user(job_id, nullptr, comment, INFINITE);
+}
+
+int hold_job_as_slurm_user(uint32_t job_id, const char* comment) {
+  return update_as_slurm_user(job_id, nullptr, comment, 0);
+}
+
+std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_pos) {
+  std::vector<MarketJob> out;
+  ListIterator it = list_iterator_create(job_list);
+  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
+    if (!IS_JOB_PENDING(job) || !job->admin_comment) continue;
+    const Tier* t = job_tier(tiers, job);
+    if (!t || t->id != TierId::kP2) continue;
+    auto mark = read_market_mark(job->admin_comment);
+    if (!mark) continue;
+    // A locked booking bids in no round; once its --begin has come its GPUs
+    // are set aside from the capacity, as a winner's are.
+    if (mark->locked && job->details && job->details->begin_time > time(nullptr)) continue;
+    const bool held = job->priority == 0;
+    if (held && mark->matched) continue;  // held by someone after it won
+    MarketJob m;
+    m.job_id = job->job_id;
+    m.gpus =
+        gpu_pos >= 0 && job->tres_req_cnt ? static_cast<uint32_t>(job->tres_req_cnt[gpu_pos]) : 0;
+    m.submitted = job->details ? job->details->submit_time : 0;
+    m.admin_comment = job->admin_comment;
+    m.bid = mark->bid;
+    m.bidding = !mark->matched && !mark->locked;
+    m.admin_held = held && job->state_reason == WAIT_HELD;
+    out.push_back(std::move(m));
+  }
+  list_iterator_destroy(it);
+  return out;
 }
 
 JobSignal job_signal_order(const job_record_t* job, uint16_t signal) {

@@ -14,6 +14,7 @@
 
 #include "common/billing.h"
 #include "common/config.h"
+#include "common/job_watch.h"
 #include "common/metrics_snapshot.h"
 #include "common/preempt_policy.h"
 #include "common/preemption_tracker.h"
@@ -86,43 +87,83 @@ Segment segment_of(const job_record_t* job);
 // Writes a successful decision into the job description.
 void apply_decision(const SubmitDecision& d, job_desc_msg_t* desc);
 
+// The P2 market's options as spank/planc passed them (the job's SPANK
+// job-control environment: PLANC_BID, PLANC_LOCK_PRICE,
+// PLANC_SPOT_FALLBACK), with --begin and the GPU type the job asks for.
+struct MarketOptions {
+  bool any = false;
+  std::optional<std::string> bid;
+  bool lock_price = false, spot_fallback = false;
+  time_t begin = 0;
+  std::string gpu_type;
+};
+MarketOptions market_options(const job_desc_msg_t* desc);
+// Puts the market's `mark` in a new job's AdminComment and, when `hold`,
+// holds it for the market's next round.
+void mark_for_market(const std::string& mark, bool hold, job_desc_msg_t* desc);
+// Puts the spot-fallback mark (common/job_marks.h) in a new job's
+// AdminComment and makes it requeue when preempted.
+void mark_for_fallback(const std::string& mark, job_desc_msg_t* desc);
+
 // --- slurmctld/planc ----------------------------------------------------------
 
 // The facts of the starvation rule for every pending job in slurmctld's
 // list: jobs of a tier that starves into another (StarveInto) into
-// `starvable`, jobs carrying the free-attempt mark into `marked`.  Returns
-// how many pending jobs it looked at.  REQUIRES the job read lock;
-// allocates only for the jobs it returns.
+// `starvable`, jobs carrying the free-attempt mark into `marked`, and the
+// ids the 5 s sample watches (running in a tier, pending in a guaranteed
+// one) into `watch`: the same walk serves both.  Returns how many pending
+// jobs it looked at.  REQUIRES the job read lock; allocates only for the
+// jobs it returns.
 size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* starvable,
-                       std::vector<MarkedJob>* marked);
+                       std::vector<MarkedJob>* marked, std::vector<uint32_t>* watch);
 
 // The same facts for one job (nullopt: gone, or not pending).  REQUIRES the
 // job read or write lock.
 std::optional<PendingJob> pending_job(const QosTierCache& tiers, uint32_t job_id);
 std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id);
 
-// Every running job of a spot tier, with its GPUs (`gpu_tres_pos` in
-// tres_alloc_cnt; < 0: unknown, count 0), into `running`; for each of
-// `tracked` that is no longer running, its end time when Slurm still knows
-// it.  A free attempt counts in the tier it was upgraded from.  REQUIRES
-// the job read lock.
-void collect_running_spot(const QosTierCache& tiers, int gpu_tres_pos,
-                          const std::vector<uint32_t>& tracked,
-                          std::vector<RunningSpotJob>* running, std::map<uint32_t, time_t>* ended);
+// What slurmctld/planc samples every 5 s, from the jobs `plan` names (a
+// walk of every job, or the watched, started and new ids:
+// common/job_watch.h):
+//   spot_running  every running job of a spot tier, with its GPUs
+//                 (`gpu_tres_pos` in tres_alloc_cnt; < 0: unknown, count
+//                 0); a free attempt counts in the tier it was upgraded from;
+//   spot_ended    for each of `tracked` that is no longer running, its end
+//                 time when Slurm still knows it (else 0);
+//   pool          the GPUs the nodes have, and per tier (the tier a job
+//                 runs as) the running jobs and their allocated GPUs;
+//   guaranteed_*  the guaranteed tiers' (not preemptible) jobs for the SLA:
+//                 those running, the pending ones (all ids), and those held
+//                 back by their own limits with the reason;
+//   watch         the ids to keep watching: running in a tier, or pending
+//                 in a guaranteed one;
+//   visited       job records looked at; walked: whether it walked them all.
+// REQUIRES the job and node read locks.
+struct JobSample {
+  std::vector<RunningSpotJob> spot_running;
+  std::map<uint32_t, time_t> spot_ended;
+  PoolUsage pool;
+  std::vector<GuaranteedRun> guaranteed_running;
+  std::vector<HeldBack> guaranteed_held;
+  std::vector<uint32_t> guaranteed_pending;
+  std::vector<uint32_t> watch;
+  uint64_t visited = 0;
+  bool walked = false;
+};
+void sample_jobs(const QosTierCache& tiers, int gpu_tres_pos, const std::vector<uint32_t>& tracked,
+                 const JobWatch::Plan& plan, JobSample* out);
 
-// The pool now: GPUs the nodes have, and per tier (the tier a job runs
-// as) the running jobs and their allocated GPUs.  REQUIRES the job and
-// node read locks.
-PoolUsage pool_usage(const QosTierCache& tiers, int gpu_tres_pos);
+// slurmctld's next job id (not taken) and its FirstJobId and MaxJobId.
+// REQUIRES the job and federation read locks.
+struct JobIdSpace {
+  uint32_t next = 0, first = 0, max = 0;
+};
+JobIdSpace job_id_space();
 
-// The guaranteed tiers' (not preemptible) jobs for the SLA: those
-// running, and the pending ones (all ids; those held back by their own
-// limits with the reason).  REQUIRES the job read lock.
-void guaranteed_jobs(const QosTierCache& tiers, std::vector<GuaranteedRun>* running,
-                     std::vector<HeldBack>* held, std::vector<uint32_t>* pending);
-
-// The tier each of `ids` runs as now; jobs Slurm no longer knows, or in
-// no tier, are left out.  REQUIRES the job read lock.
+// The tier of each of `ids`: the tier it runs as, except that a job on a
+// free attempt is in the tier it was upgraded from (a starved P3 job on
+// its P2 attempt is a P3 job); jobs Slurm no longer knows, or in no tier,
+// are left out.  REQUIRES the job read lock.
 std::map<uint32_t, TierId> tiers_of(const QosTierCache& tiers, const std::vector<uint32_t>& ids);
 
 // Position of gres/gpu in the jobs' TRES arrays, -1 when not configured.
@@ -132,6 +173,24 @@ int gpu_tres_position();
 // The job's AdminComment ("" when none).  REQUIRES the job read lock.
 std::string admin_comment(uint32_t job_id);
 
+// --spot-fallback (common/job_marks.h): a requeued job whose mark names
+// its fallback tier moves to that tier's QoS (as SlurmUser), its mark says
+// so, and a free-attempt mark goes.  `run`: the restart count of the run
+// that was preempted.  kNotYet: its requeue is not done yet; kMissed: it
+// runs again already (it falls back at its next preemption); kGone:
+// nothing to do (ended, its preemption called off, no pending mark).  When
+// Slurm refuses the move, the mark says why and the job stays.  Job update
+// locks held.
+struct FallbackResult {
+  enum class Kind : uint8_t { kNotYet, kMoved, kRefused, kMissed, kGone } kind = Kind::kGone;
+  TierId from = TierId::kP3, to = TierId::kP1;
+  std::string why;
+};
+FallbackResult apply_fallback(const PlancConfig& cfg, const QosTierCache& tiers, uint32_t job_id,
+                              uint32_t run, time_t now);
+// Whether the job's AdminComment has a spot-fallback mark not yet acted on.
+bool fallback_pending(const job_record_t* job);
+
 // Sets a job's QoS and AdminComment through slurmctld's own update path
 // (update_job(), as `scontrol update` as SlurmUser would: job_submit's
 // job_modify, limits, and the new QoS sent to slurmdbd).  `qos` or
@@ -139,6 +198,26 @@ std::string admin_comment(uint32_t job_id);
 // REQUIRES the locks of an update RPC: config read, job and node write,
 // partition and federation read.
 int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* admin_comment);
+// The same, releasing the job's hold (priority recomputed by Slurm), or
+// holding it (an administrator's hold: its owner cannot release it).
+int release_job_as_slurm_user(uint32_t job_id, const char* admin_comment);
+int hold_job_as_slurm_user(uint32_t job_id, const char* admin_comment);
+
+// The P2 market's jobs (common/market.h's mark in AdminComment) pending in
+// a tier's P2 QoS: the bidders (no matched price yet: held for the market,
+// or released by their owner before a round: job_submit/planc's hold is,
+// to Slurm, the owner's) and those matched and released but not started
+// yet (they hold their GPUs for the round).  REQUIRES the job read lock.
+struct MarketJob {
+  uint32_t job_id = 0;
+  uint32_t gpus = 0;  // requested (tres_req_cnt at `gpu_tres_pos`)
+  time_t submitted = 0;
+  std::string admin_comment;
+  std::optional<Micros> bid;  // from the mark; none: bids the list price
+  bool bidding = false;       // else matched, not started
+  bool admin_held = false;    // priority 0 by an administrator (a round's hold)
+};
+std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_tres_pos);
 
 // --- preempt/planc ------------------------------------------------------------
 

@@ -10,7 +10,8 @@
 //   daily spot cap      every few seconds, the running spot jobs' card-seconds
 //                       per account and tier (common/spot_cap.h), kept in
 //                       StateSaveLocation/planc_spot_state; job_submit/planc
-//                       asks for them through planc_spot_used_v1().
+//                       asks for them through planc_spot_used_v1() and
+//                       counts its refusals through planc_spot_refused_v1().
 //   run-start journal   every run slurmctld starts is appended, as it
 //                       starts, to StateSaveLocation/planc_starts/
 //                       (common/run_journal.h) from the job-begin hook:
@@ -35,7 +36,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -46,6 +49,7 @@
 
 #include "common/append_file.h"
 #include "common/job_marks.h"
+#include "common/market.h"
 #include "common/preempt_policy.h"  // format_utc
 #include "common/run_journal.h"
 #include "common/spot_cap.h"
@@ -97,8 +101,192 @@ std::atomic<bool> g_running{false};
 
 // For `scontrol show config` and the benchmark.
 std::atomic<uint64_t> g_upgrades{0}, g_reverts{0}, g_scans{0};
+// Spot-cap refusals by tier, counted by job_submit/planc through
+// planc_spot_refused_v1() (plugins/planc_shared.h).
+std::array<std::atomic<uint64_t>, planc::kTierCount> g_spot_refusals{};
 std::atomic<uint64_t> g_total_scan_usec{0}, g_last_scan_usec{0}, g_max_scan_usec{0},
     g_last_scan_jobs{0};
+// The 5 s sample (test/bench/bench-exporter): how long it held the job and
+// node read locks walking the jobs (from holding them, as the scan is
+// timed: its cost to the rest of slurmctld), how long it waited for them
+// (the scheduler or backfill held them; no cost to them), and how long the
+// metrics snapshot took to build and write (outside every lock).
+std::atomic<uint64_t> g_samples{0}, g_sample_lock_usec{0}, g_sample_max_lock_usec{0},
+    g_sample_lock_wait_usec{0}, g_metrics_write_usec{0};
+// Which jobs the sample looks at (common/job_watch.h): the worker's alone.
+// The job-begin hook queues the ids of jobs that start in g_started; the
+// sample takes them while it holds the job read lock, so no start falls
+// between.  Lock order: slurmctld's locks, then g_started_mu.
+constexpr size_t kMaxStarted = 100000;
+planc::JobWatch g_watch;
+planc::Mutex g_started_mu;
+std::vector<uint32_t> g_started GUARDED_BY(g_started_mu);
+bool g_started_lost GUARDED_BY(g_started_mu) = false;
+std::atomic<uint64_t> g_sample_visited{0}, g_sample_walks{0}, g_watched{0};
+
+// The P2 market's floors (common/market.h): the worker's keeper, and what
+// it last set, for job_submit/planc (planc_market_floor_v1), the snapshot
+// and `scontrol show config`.  Null while the market is closed.
+std::unique_ptr<planc::FloorKeeper> g_floor_keeper;
+planc::Mutex g_floors_mu;
+std::shared_ptr<const planc::MarketFloors> g_floors GUARDED_BY(g_floors_mu);
+
+std::shared_ptr<const planc::MarketFloors> market_floors() {
+  planc::MutexLock l(g_floors_mu);
+  return g_floors;
+}
+
+std::atomic<uint64_t> g_market_rounds{0}, g_market_matched{0}, g_market_updates{0};
+// The last round's cost (test/bench/bench-market): the read of the market's
+// jobs (job read lock), the clearing itself (no lock), and the updates (job
+// write locks, each held for one update), in microseconds.
+std::atomic<uint64_t> g_round_read_usec{0}, g_round_clear_usec{0}, g_round_update_usec{0},
+    g_round_bids{0}, g_round_total_usec{0};
+std::string g_last_clearing GUARDED_BY(g_floors_mu) = "none yet";
+
+// A round's clearing (common/market.h): the P2 jobs held for the market bid
+// for the GPUs that neither guaranteed nor P2 jobs hold (nor winners of
+// earlier rounds that have not started); winners are released, every
+// bidder's AdminComment says what happened and when the next round is.
+// One market at the default list price and floor (per-type markets: not
+// yet).  Reads under the job read lock, then one short update per job, as
+// the starvation scan does.
+void clear_round(const planc::PlancConfig& cfg, const planc::MarketFloors& floors,
+                 const planc::PoolUsage& pool, int gpu_pos) {
+  using Clock = std::chrono::steady_clock;
+  auto usec_since = [](Clock::time_point t) {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count());
+  };
+  const auto t_start = Clock::now();
+  std::vector<planc::slurm::MarketJob> jobs;
+  {
+    slurmctld_lock_t read = {.job = READ_LOCK};
+    lock_slurmctld(read);
+    const auto t = Clock::now();
+    jobs = planc::slurm::market_jobs(*g_tiers, gpu_pos);
+    g_round_read_usec = usec_since(t);
+    unlock_slurmctld(read);
+  }
+  const auto t_clear = Clock::now();
+  int64_t capacity = static_cast<int64_t>(pool.pool_gpus);
+  for (TierId t : {TierId::kP0, TierId::kP1, TierId::kP2})
+    capacity -= pool.allocated_gpus[planc::tier_index(t)];
+  std::vector<planc::MarketBid> bids;
+  std::vector<const planc::slurm::MarketJob*> bidder;  // bids[i] is bidder[i]'s
+  bids.reserve(jobs.size());
+  bidder.reserve(jobs.size());
+  for (const auto& j : jobs) {
+    if (!j.bidding) {
+      capacity -= j.gpus;
+      continue;
+    }
+    bids.push_back({j.job_id, j.gpus, j.bid, std::nullopt, j.submitted});
+    bidder.push_back(&j);
+  }
+  planc::MarketRound r =
+      planc::clear_market(bids, static_cast<uint32_t>(std::max<int64_t>(capacity, 0)),
+                          floors.default_floor, cfg.prices.default_card_hour);
+  g_market_rounds++;
+  g_round_clear_usec = usec_since(t_clear);
+  g_round_bids = bids.size();
+  uint64_t update_usec = 0;
+  uint32_t won = 0;
+  // Losers' marks by (bid, outcome): thousands of bids share a handful.
+  std::map<std::pair<planc::Micros, planc::BidOutcome>, std::string> loser_marks;
+  for (const planc::BidResult& b : r.results) {
+    const planc::slurm::MarketJob* j = bidder[b.index];
+    const bool win = b.outcome == planc::BidOutcome::kWon;
+    std::string mark;
+    if (win) {
+      mark = planc::market_mark_result(b, j->bid, r, cfg.prices.currency, floors.at,
+                                       cfg.market.interval_seconds);
+    } else {
+      std::string& m = loser_marks[{j->bid.value_or(-1), b.outcome}];
+      if (m.empty())
+        m = planc::market_mark_result(b, j->bid, r, cfg.prices.currency, floors.at,
+                                      cfg.market.interval_seconds);
+      if (j->admin_held && j->admin_comment == m) continue;  // nothing new to say (the usual)
+      mark = m;
+    }
+    std::string comment = planc::with_market_mark(j->admin_comment, mark);
+    // A winner is released; a bidder that did not win is held (an
+    // administrator's hold: job_submit/planc's looks like its owner's to
+    // Slurm, so an owner could release it before its first round) and its
+    // mark updated, only when either changes: a bid that loses again the
+    // same way costs the round nothing.
+    if (!win && j->admin_held && comment == j->admin_comment) continue;  // nothing new to say
+    slurmctld_lock_t locks = planc::slurm::job_update_locks();
+    lock_slurmctld(locks);
+    const auto t = Clock::now();
+    int rc = win ? planc::slurm::release_job_as_slurm_user(b.job_id, comment.c_str())
+                 : planc::slurm::hold_job_as_slurm_user(b.job_id, comment.c_str());
+    update_usec += usec_since(t);
+    unlock_slurmctld(locks);
+    g_market_updates++;
+    if (rc != SLURM_SUCCESS)
+      error("%s: market: JobId=%u: %s failed: %s (the next round tries again)", plugin_type,
+            b.job_id, win ? "release" : "hold", slurm_strerror(rc));
+    else if (win)
+      won++;
+  }
+  g_market_matched += won;
+  g_round_update_usec = update_usec;
+  g_round_total_usec = usec_since(t_start);
+  if (!r.results.empty()) {
+    std::string text = planc::format_micros(r.clearing) + " " + cfg.prices.currency +
+                       "/card-hour at " + planc::format_utc(floors.at) + ", " +
+                       std::to_string(won) + " of " + std::to_string(r.results.size()) +
+                       " bid(s) matched";
+    planc::MutexLock l(g_floors_mu);
+    g_last_clearing = std::move(text);
+  }
+  if (!r.results.empty())
+    info("%s: market round: %zu bid(s) for %u GPU(s), %u matched at %s %s/card-hour (floor %s)",
+         plugin_type, r.results.size(), r.capacity, won, planc::format_micros(r.clearing).c_str(),
+         cfg.prices.currency.c_str(), planc::format_micros(r.floor).c_str());
+  if (won) queue_job_scheduler();
+}
+
+// Each sample: the keeper sees the pool; a round (or the market opening,
+// closing or its settings changing on reload) publishes the floors, and a
+// round clears the bids.
+void market_tick(const planc::PlancConfig& cfg, const planc::PoolUsage& pool, bool reloaded,
+                 int gpu_pos) {
+  const time_t now = time(nullptr);
+  if (!cfg.market.enabled) {
+    if (g_floor_keeper) {
+      g_floor_keeper.reset();
+      planc::MutexLock l(g_floors_mu);
+      g_floors.reset();
+      info("%s: the P2 market is closed (Market=no)", plugin_type);
+    }
+    return;
+  }
+  bool changed = false;
+  if (!g_floor_keeper || reloaded) {
+    if (!g_floor_keeper)
+      info("%s: the P2 market is open: a round every %u s", plugin_type,
+           cfg.market.interval_seconds);
+    g_floor_keeper = std::make_unique<planc::FloorKeeper>(now, cfg);
+    changed = true;
+  }
+  const uint32_t used = pool.allocated_total();
+  if (pool.pool_gpus &&
+      g_floor_keeper->sample(now, pool.pool_gpus > used ? pool.pool_gpus - used : 0, pool.pool_gpus,
+                             cfg)) {
+    const planc::MarketFloors& f = g_floor_keeper->floors();
+    info("%s: market round: vacancy %s over the interval, floor %s %s per card-hour", plugin_type,
+         f.vacancy ? planc::permille_text(*f.vacancy).c_str() : "unknown",
+         planc::format_micros(f.default_floor).c_str(), cfg.prices.currency.c_str());
+    changed = true;
+    clear_round(cfg, f, pool, gpu_pos);
+  }
+  if (!changed) return;
+  auto copy = std::make_shared<const planc::MarketFloors>(g_floor_keeper->floors());
+  planc::MutexLock l(g_floors_mu);
+  g_floors = std::move(copy);
+}
 
 // --- run-start journal --------------------------------------------------------
 // Lines whose write(2) failed (disk full) wait here, in order, at most this
@@ -125,6 +313,13 @@ planc::Result<planc::AppendFile> open_journal(const std::string& name) {
 void on_job_begin(job_record_t* job) {
   if (g_prev_job_begin) g_prev_job_begin(job);
   try {
+    {
+      planc::MutexLock l(g_started_mu);
+      if (g_started.size() < kMaxStarted)
+        g_started.push_back(job->job_id);
+      else
+        g_started_lost = true;
+    }
     auto t0 = std::chrono::steady_clock::now();
     planc::Segment begun = planc::slurm::segment_of(job);
     begun.end_time = 0;  // not ended: segment_of reads the expected end
@@ -332,13 +527,15 @@ void starvation_scan() {
   const planc::PlancConfig& cfg = *g_config;
   std::vector<planc::PendingJob> starvable;
   std::vector<planc::MarkedJob> marked;
+  std::vector<uint32_t> watch;
   // Timed from holding the lock (not waiting for it): the scan's cost to
   // the rest of slurmctld.
   slurmctld_lock_t read = job_read_lock();
   lock_slurmctld(read);
   auto t0 = std::chrono::steady_clock::now();
-  size_t seen = planc::slurm::collect_pending(*g_tiers, &starvable, &marked);
+  size_t seen = planc::slurm::collect_pending(*g_tiers, &starvable, &marked, &watch);
   unlock_slurmctld(read);
+  g_watch.rescanned(std::move(watch));
   std::vector<planc::Upgrade> todo = planc::select_upgrades(cfg, starvable, time(nullptr));
   uint64_t usec = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
@@ -393,20 +590,38 @@ void publish_usage() {
 // pool's usage, read in the same lock hold.
 std::string spot_sample(int* gpu_pos, const std::string& last_written, planc::PoolUsage* pool) {
   if (*gpu_pos < 0) *gpu_pos = planc::slurm::gpu_tres_position();
-  std::vector<planc::RunningSpotJob> running;
-  std::map<uint32_t, time_t> ended;
   std::vector<uint32_t> tracked = g_ledger->tracked_ids();
-  slurmctld_lock_t read = {.job = READ_LOCK, .node = READ_LOCK};
+  const bool hook_ours = planc_job_begin_hook() == on_job_begin;
+  planc::slurm::JobSample sample;
+  slurmctld_lock_t read = {.job = READ_LOCK, .node = READ_LOCK, .fed = READ_LOCK};
+  const auto t0 = std::chrono::steady_clock::now();
   lock_slurmctld(read);
-  planc::slurm::collect_running_spot(*g_tiers, *gpu_pos, tracked, &running, &ended);
-  *pool = planc::slurm::pool_usage(*g_tiers, *gpu_pos);
-  std::vector<planc::GuaranteedRun> guaranteed;
-  std::vector<planc::HeldBack> held;
-  std::vector<uint32_t> pending;
-  planc::slurm::guaranteed_jobs(*g_tiers, &guaranteed, &held, &pending);
+  const auto t1 = std::chrono::steady_clock::now();
+  std::vector<uint32_t> started;
+  {
+    planc::MutexLock l(g_started_mu);
+    started.swap(g_started);
+    if (g_started_lost) g_watch.lost_starts();
+    g_started_lost = false;
+  }
+  const planc::slurm::JobIdSpace ids = planc::slurm::job_id_space();
+  const planc::JobWatch::Plan plan = g_watch.plan(started, ids.next, ids.first, ids.max, hook_ours);
+  planc::slurm::sample_jobs(*g_tiers, *gpu_pos, tracked, plan, &sample);
   unlock_slurmctld(read);
-  g_sla.observe(g_config->sla_start_seconds, guaranteed, held, pending);
-  g_ledger->sample(time(nullptr), running, ended);
+  using std::chrono::duration_cast, std::chrono::microseconds;
+  const uint64_t usec = duration_cast<microseconds>(std::chrono::steady_clock::now() - t1).count();
+  g_watch.sampled(std::move(sample.watch), ids.next);
+  g_samples++;
+  g_sample_visited += sample.visited;
+  if (sample.walked) g_sample_walks++;
+  g_watched = g_watch.size();
+  g_sample_lock_wait_usec += duration_cast<microseconds>(t1 - t0).count();
+  g_sample_lock_usec += usec;
+  if (usec > g_sample_max_lock_usec.load()) g_sample_max_lock_usec = usec;
+  *pool = sample.pool;
+  g_sla.observe(g_config->sla_start_seconds, sample.guaranteed_running, sample.guaranteed_held,
+                sample.guaranteed_pending);
+  g_ledger->sample(time(nullptr), sample.spot_running, sample.spot_ended);
   publish_usage();
   std::string text = g_ledger->serialize();
   return text == last_written ? std::string() : text;
@@ -416,6 +631,7 @@ std::string spot_sample(int* gpu_pos, const std::string& last_written, planc::Po
 // written outside every lock after each sample.
 void write_metrics(const planc::PoolUsage& pool, const planc::IdleCrossings& idle,
                    const planc::ConfigWatch& watch) {
+  const auto t0 = std::chrono::steady_clock::now();
   planc::MetricsSnapshot s;
   s.source = "slurmctld";
   s.written = time(nullptr);
@@ -425,12 +641,30 @@ void write_metrics(const planc::PoolUsage& pool, const planc::IdleCrossings& idl
       {"planc_starvation_upgrades_total", {}, static_cast<double>(g_upgrades.load())});
   s.samples.push_back(
       {"planc_starvation_reverts_total", {}, static_cast<double>(g_reverts.load())});
+  for (int t = 0; t < planc::kTierCount; t++)
+    s.samples.push_back({"planc_spot_cap_refusals_total",
+                         {{"tier", "P" + std::to_string(t)}},
+                         static_cast<double>(g_spot_refusals[t].load())});
+  if (auto f = market_floors()) {
+    auto price = [](planc::Micros m) { return static_cast<double>(m) / planc::kMicrosPerUnit; };
+    s.samples.push_back(
+        {"planc_market_floor_price", {{"gpu_type", "default"}}, price(f->default_floor)});
+    for (const auto& [type, floor] : f->by_type)
+      s.samples.push_back({"planc_market_floor_price", {{"gpu_type", type}}, price(floor)});
+    if (f->vacancy) s.samples.push_back({"planc_market_vacancy_ratio", {}, *f->vacancy / 1000.0});
+    s.samples.push_back(
+        {"planc_market_next_round_timestamp_seconds", {}, static_cast<double>(f->next_round)});
+  }
   s.samples.push_back(
       {"planc_config_reloads_total", {{"result", "ok"}}, static_cast<double>(watch.reloaded())});
   s.samples.push_back(
       {"planc_config_reloads_total", {{"result", "failed"}}, static_cast<double>(watch.refused())});
-  if (auto err = planc::write_file_atomically(g_metrics_path, planc::serialize_snapshot(s)))
+  if (auto err = planc::write_file_atomically(g_metrics_path, planc::serialize_snapshot(s),
+                                              planc::Durability::kNoSync))
     error("%s: metrics snapshot: %s", plugin_type, err->c_str());
+  g_metrics_write_usec +=
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
 }
 
 // A changed planc.conf applies from the next sample and scan on.  The spot
@@ -478,6 +712,7 @@ void worker(planc::ConfigWatch watch) {
         if (pool.pool_gpus)
           idle.observe(1.0 - static_cast<double>(pool.allocated_total()) /
                                  static_cast<double>(pool.pool_gpus));
+        market_tick(cfg, pool, reloaded, gpu_pos);
         write_metrics(pool, idle, watch);
         if (!text.empty()) {
           if (auto err = planc::write_file_atomically(g_state_path, text))
@@ -520,6 +755,26 @@ PLANC_EXPORT int planc_spot_used_v1(const char* account, int tier, int64_t now, 
   } catch (...) {
     return 0;
   }
+}
+
+PLANC_EXPORT int planc_market_floor_v1(const char* gpu_type, int64_t* floor, int64_t* next_round) {
+  if (!g_running.load() || !floor || !next_round) return 0;
+  try {
+    auto f = market_floors();
+    if (!f) return 0;
+    std::string type = gpu_type ? gpu_type : "";
+    for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    auto it = f->by_type.find(type);
+    *floor = it != f->by_type.end() ? it->second : f->default_floor;
+    *next_round = f->next_round;
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+
+PLANC_EXPORT void planc_spot_refused_v1(int tier) {
+  if (tier >= 0 && tier < planc::kTierCount) g_spot_refusals[tier]++;
 }
 
 PLANC_EXPORT int init(void) {
@@ -610,6 +865,38 @@ PLANC_EXPORT void slurmctld_plugstack_p_get_config(config_plugin_params_t* p) {
     add_pair(p->key_pairs, "SpotCapTimeZone",
              "UTC" + planc::format_utc_offset(cfg.spot_utc_offset_seconds));
     add_pair(p->key_pairs, "SpotCapDayLength", secs(cfg.spot_day_seconds));
+    add_pair(p->key_pairs, "Market", cfg.market.enabled ? "yes" : "no");
+    if (cfg.market.enabled) {
+      add_pair(p->key_pairs, "MarketInterval", secs(cfg.market.interval_seconds));
+      add_pair(p->key_pairs, "MarketMinFraction", planc::permille_text(cfg.market.min_permille));
+      add_pair(p->key_pairs, "MarketFloorCurve", planc::format_floor_curve(cfg.market.floor_curve));
+      if (auto f = market_floors()) {
+        std::string floors = "default=" + planc::format_micros(f->default_floor);
+        for (const auto& [type, floor] : f->by_type)
+          floors += "," + type + "=" + planc::format_micros(floor);
+        add_pair(p->key_pairs, "MarketFloor", floors + " " + cfg.prices.currency + "/card-hour");
+        std::string lists = "default=" + planc::format_micros(cfg.prices.default_card_hour);
+        for (const auto& [type, list] : cfg.prices.card_hour)
+          lists += "," + type + "=" + planc::format_micros(list);
+        add_pair(p->key_pairs, "MarketListPrice", lists + " " + cfg.prices.currency + "/card-hour");
+        add_pair(p->key_pairs, "MarketVacancy",
+                 f->vacancy ? planc::permille_text(*f->vacancy) : "unknown");
+        add_pair(p->key_pairs, "MarketLastRound", f->at ? planc::format_utc(f->at) : "none yet");
+        add_pair(p->key_pairs, "MarketNextRound", planc::format_utc(f->next_round));
+        {
+          planc::MutexLock l(g_floors_mu);
+          add_pair(p->key_pairs, "MarketLastClearing", g_last_clearing);
+        }
+        add_pair(p->key_pairs, "MarketRounds", std::to_string(g_market_rounds.load()));
+        add_pair(p->key_pairs, "MarketMatched", std::to_string(g_market_matched.load()));
+        add_pair(p->key_pairs, "MarketJobUpdates", std::to_string(g_market_updates.load()));
+        add_pair(p->key_pairs, "MarketRoundBids", std::to_string(g_round_bids.load()));
+        add_pair(p->key_pairs, "MarketRoundReadUsec", std::to_string(g_round_read_usec.load()));
+        add_pair(p->key_pairs, "MarketRoundClearUsec", std::to_string(g_round_clear_usec.load()));
+        add_pair(p->key_pairs, "MarketRoundUpdateUsec", std::to_string(g_round_update_usec.load()));
+        add_pair(p->key_pairs, "MarketRoundTotalUsec", std::to_string(g_round_total_usec.load()));
+      }
+    }
     add_pair(p->key_pairs, "StarvationUpgrades", std::to_string(g_upgrades.load()));
     add_pair(p->key_pairs, "StarvationReverts", std::to_string(g_reverts.load()));
     add_pair(p->key_pairs, "ScanCount", std::to_string(g_scans.load()));
@@ -617,6 +904,15 @@ PLANC_EXPORT void slurmctld_plugstack_p_get_config(config_plugin_params_t* p) {
     add_pair(p->key_pairs, "ScanLastUsec", std::to_string(g_last_scan_usec.load()));
     add_pair(p->key_pairs, "ScanMaxUsec", std::to_string(g_max_scan_usec.load()));
     add_pair(p->key_pairs, "ScanTotalUsec", std::to_string(g_total_scan_usec.load()));
+    add_pair(p->key_pairs, "SampleCount", std::to_string(g_samples.load()));
+    add_pair(p->key_pairs, "SampleLockTotalUsec", std::to_string(g_sample_lock_usec.load()));
+    add_pair(p->key_pairs, "SampleLockMaxUsec", std::to_string(g_sample_max_lock_usec.load()));
+    add_pair(p->key_pairs, "SampleJobsVisitedTotal", std::to_string(g_sample_visited.load()));
+    add_pair(p->key_pairs, "SampleWalks", std::to_string(g_sample_walks.load()));
+    add_pair(p->key_pairs, "SampleWatchedJobs", std::to_string(g_watched.load()));
+    add_pair(p->key_pairs, "SampleLockWaitTotalUsec",
+             std::to_string(g_sample_lock_wait_usec.load()));
+    add_pair(p->key_pairs, "MetricsWriteTotalUsec", std::to_string(g_metrics_write_usec.load()));
     add_pair(p->key_pairs, "RunJournal",
              g_journal_dir.empty() ? "off (see slurmctld's log)" : g_journal_dir);
     add_pair(p->key_pairs, "RunJournalRecords", std::to_string(g_journal_records.load()));

@@ -23,6 +23,8 @@
 #include "common/bill_store.h"
 #include "common/billing.h"
 #include "common/config.h"
+#include "common/market.h"
+#include "common/pg_text.h"
 #include "common/run_journal.h"
 #include "common/tres_usage.h"
 #include "tools/slurmdbd_runs.h"
@@ -58,13 +60,19 @@ const char* kUsage =
     "            then lists run starts in slurmctld/planc's journal (default\n"
     "            StateSaveLocation/planc_starts) known to neither\n"
     "            exit 3: something is missing or unrecorded\n"
+    "  market    [--format table|json]\n"
+    "            the P2 spot market as slurmctld/planc shows it (scontrol show\n"
+    "            config): the floor per GPU type against the list price, the\n"
+    "            vacancy behind it, the last and next round; no database\n"
     "  columns   [--format ...]\n"
     "            planc.bill's columns as this release writes and reads them\n"
     "            (what the migrations in sql/ must have created)\n"
-    "  sync-roles [--writer ROLE]\n"
+    "  sync-roles [--writer ROLE] [--metrics ROLE]\n"
     "            creates a PostgreSQL login role for every Slurm user (planc_reader),\n"
-    "            admins (planc_admin), the writer (slurmctld's user, planc_writer) and\n"
-    "            the account coordinator list, from sacctmgr (database superuser)\n"
+    "            admins (planc_admin), the writer (slurmctld's user, planc_writer),\n"
+    "            planc-exporter's role (planc_metrics: billed totals per account and\n"
+    "            tier, no bill) and the account coordinator list, from sacctmgr\n"
+    "            (database superuser)\n"
     "\n"
     "Times are UTC: 2026-11-30, 2026-11-30T13:00[:00], or seconds since the epoch.\n"
     "--db defaults to $PLANC_BILL_DB, else libpq's PG* environment.\n";
@@ -214,6 +222,7 @@ struct Options {
   std::string planc_conf;
   std::string journal;
   std::string writer;
+  std::string metrics;  // sync-roles --metrics: planc-exporter's role
   bool efficiency = false;
   int64_t settle = 300;
 };
@@ -221,15 +230,23 @@ struct Options {
 Options parse_options(int argc, char** argv) {
   Options o;
   if (const char* db = std::getenv("PLANC_BILL_DB")) o.db = db;
-  static const option longopts[] = {
-      {"db", required_argument, nullptr, 'd'},      {"starttime", required_argument, nullptr, 'S'},
-      {"endtime", required_argument, nullptr, 'E'}, {"user", required_argument, nullptr, 'u'},
-      {"account", required_argument, nullptr, 'A'}, {"jobs", required_argument, nullptr, 'j'},
-      {"format", required_argument, nullptr, 'f'},  {"by", required_argument, nullptr, 'b'},
-      {"fill", no_argument, nullptr, 'F'},          {"planc-conf", required_argument, nullptr, 'c'},
-      {"writer", required_argument, nullptr, 'w'},  {"help", no_argument, nullptr, 'h'},
-      {"journal", required_argument, nullptr, 'J'}, {"efficiency", no_argument, nullptr, 'e'},
-      {"settle", required_argument, nullptr, 's'},  {nullptr, 0, nullptr, 0}};
+  static const option longopts[] = {{"db", required_argument, nullptr, 'd'},
+                                    {"starttime", required_argument, nullptr, 'S'},
+                                    {"endtime", required_argument, nullptr, 'E'},
+                                    {"user", required_argument, nullptr, 'u'},
+                                    {"account", required_argument, nullptr, 'A'},
+                                    {"jobs", required_argument, nullptr, 'j'},
+                                    {"format", required_argument, nullptr, 'f'},
+                                    {"by", required_argument, nullptr, 'b'},
+                                    {"fill", no_argument, nullptr, 'F'},
+                                    {"planc-conf", required_argument, nullptr, 'c'},
+                                    {"writer", required_argument, nullptr, 'w'},
+                                    {"help", no_argument, nullptr, 'h'},
+                                    {"journal", required_argument, nullptr, 'J'},
+                                    {"efficiency", no_argument, nullptr, 'e'},
+                                    {"settle", required_argument, nullptr, 's'},
+                                    {"metrics", required_argument, nullptr, 'M'},
+                                    {nullptr, 0, nullptr, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "d:S:E:u:A:j:f:b:h", longopts, nullptr)) != -1) {
     switch (c) {
@@ -269,6 +286,9 @@ Options parse_options(int argc, char** argv) {
         break;
       case 'w':
         o.writer = optarg;
+        break;
+      case 'M':
+        o.metrics = optarg;
         break;
       case 'J':
         o.journal = optarg;
@@ -588,6 +608,44 @@ std::string run(const std::vector<std::string>& argv) {
   return out;
 }
 
+// --- market ----------------------------------------------------------------------
+
+// The market as slurmctld/planc shows it, and the expected interruption from
+// the bills (planc.p2_runs, migration 0005: aggregates over every user's P2
+// runs, which row-level security would hide).  The bills are optional: a
+// database that cannot be read is said, the rest still shown.
+int cmd_market(const Options& o, const std::string& as_user, const std::string& db_error) {
+  if (o.format != "table" && o.format != "json")
+    die("--format '" + o.format + "': use table or json");
+  planc::MarketStatus s = planc::parse_market_status(run({"scontrol", "show", "config"}));
+  if (s.open) {
+    planc::MarketStatus::Interruption i;
+    planc::BillStore store(o.db, as_user);
+    if (!db_error.empty()) {
+      i.error = db_error;
+    } else if (auto c = store.connect(); !c.ok()) {
+      i.error = c.error();
+    } else if (auto r = store.rows("SELECT runs::text, preempted::text, "
+                                   "coalesce(mean_run_seconds, 0)::text FROM planc.p2_runs($1)",
+                                   {std::to_string(i.window_hours)});
+               !r.ok() || r.value().size() != 1 || r.value()[0].size() != 3) {
+      i.error = r.ok() ? "planc.p2_runs returned no row" : r.error();
+    } else {
+      const auto& row = r.value()[0];
+      i.runs = std::stoll(row[0]);
+      i.preempted = std::stoll(row[1]);
+      i.mean_run_seconds = std::stod(row[2]);
+    }
+    s.interruption = i;
+    // The caller's own jobs (squeue shows a user their jobs' AdminComment).
+    if (struct passwd* pw = getpwuid(getuid()))
+      s.own_jobs = planc::parse_own_market_jobs(run(
+          {"squeue", "-h", "-u", pw->pw_name, "-t", "PD,R,CG,S", "-O", planc::own_jobs_format()}));
+  }
+  std::cout << planc::format_market_status(s, o.format == "json");
+  return 0;
+}
+
 // slurmctld fills in a job's user name lazily: a journal record may carry
 // only the uid.
 std::string user_name_of(uint32_t uid, const std::string& recorded) {
@@ -740,6 +798,7 @@ int cmd_sync_roles(planc::BillStore& store, const Options& o) {
     n++;
   }
   if (!o.writer.empty()) member(o.writer, "planc_writer");
+  if (!o.metrics.empty()) member(o.metrics, "planc_metrics");
   std::string coords =
       run({"sacctmgr", "-n", "-P", "list", "user", "withcoord", "format=User,Coordinators"});
   std::vector<std::string> accts, names;
@@ -756,7 +815,8 @@ int cmd_sync_roles(planc::BillStore& store, const Options& o) {
                       {planc::pg_text_array(accts), planc::pg_text_array(names)});
   if (!r.ok()) die(r.error());
   std::cout << "sync-roles: " << n << " user role(s), " << pairs << " coordinator pair(s)"
-            << (o.writer.empty() ? "" : ", writer " + o.writer) << "\n";
+            << (o.writer.empty() ? "" : ", writer " + o.writer)
+            << (o.metrics.empty() ? "" : ", metrics reader " + o.metrics) << "\n";
   return 0;
 }
 
@@ -781,18 +841,13 @@ int main(int argc, char** argv) {
   // Connect as the Unix user running this (row-level security decides what
   // they see) unless the connection string names a role itself.
   std::string as_user;
-  {
-    char* err = nullptr;
-    PQconninfoOption* opts = PQconninfoParse(o.db.c_str(), &err);
-    if (!opts) die(std::string("--db: ") + (err ? err : "not a connection string"));
-    bool named = false;
-    for (PQconninfoOption* p = opts; p->keyword; p++)
-      if (!std::strcmp(p->keyword, "user") && p->val && *p->val) named = true;
-    PQconninfoFree(opts);
-    if (!named) {
-      if (struct passwd* pw = getpwuid(getuid())) as_user = pw->pw_name;
-    }
+  auto check = planc::check_conninfo(o.db);
+  if (check.ok && !check.names_user) {
+    if (struct passwd* pw = getpwuid(getuid())) as_user = pw->pw_name;
   }
+  // The market's bills are optional: a bad --db is said in its line.
+  if (cmd == "market") return cmd_market(o, as_user, check.ok ? "" : "--db: " + check.error);
+  if (!check.ok) die("--db: " + check.error);
   planc::BillStore store(o.db, as_user);
   if (auto c = store.connect(); !c.ok())
     die(c.error() + "\n(set --db or PLANC_BILL_DB to the JobCompLoc connection string)");

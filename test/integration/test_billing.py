@@ -656,7 +656,17 @@ def test_reconcile_reads_records_not_text_a_crafted_name_forges_nothing(c):
     c.wait_for("slurmdbd to record the runs' ends", lambda: all(
         c.sacct_field(j, "State") == "FAILED" for j in jobs), timeout=60)
     window = ("-S", str(t0), "-E", str(int(time.time()) + 5))
-    r = bill_tool(c, "reconcile", *window)
+    # slurmdbd takes a run's records asynchronously: `sacct -j` can show the
+    # end before a query by time window finds the run (seen in CI).  Wait
+    # until reconcile reports as many runs missing as were spoiled; if it
+    # never does, the assertions below say what it reported.
+    def reconciled():
+        r = bill_tool(c, "reconcile", *window)
+        return r if r.stdout.count("missing: job ") >= len(jobs) else None
+    try:
+        r = c.wait_for("reconcile to see the runs in slurmdbd", reconciled, timeout=60, interval=2)
+    except AssertionError:
+        r = bill_tool(c, "reconcile", *window)
     print(r.stdout, r.stderr)
     missing = re.findall(r"missing: job (\d+) start \S+ \S+ (\S+) user (\S+) account (\S+)",
                          r.stdout)

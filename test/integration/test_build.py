@@ -11,9 +11,13 @@ EXPORTS = {
     "preempt_planc.so": {"preempt_p_preemptable", "preempt_p_job_preempt_check",
                          "preempt_p_get_data", "planc_preempt_run_end_v1"},
     "jobcomp_planc.so": {"jobcomp_p_set_location", "jobcomp_p_log_record", "jobcomp_p_get_jobs"},
-    "slurmctld_planc.so": {"slurmctld_plugstack_p_get_config", "planc_spot_used_v1"},
+    "slurmctld_planc.so": {"slurmctld_plugstack_p_get_config", "planc_spot_used_v1",
+                           "planc_spot_refused_v1", "planc_market_floor_v1"},
 }
 COMMON = {"plugin_name", "plugin_type", "plugin_version", "init", "fini"}
+# The SPANK plugin has no init/fini: its entry points are slurm_spank_*.
+SPANK = {"plugin_name", "plugin_type", "plugin_version", "spank_plugin_version",
+         "slurm_spank_init", "slurm_spank_init_post_opt"}
 
 
 def test_plugins_export_only_their_plugin_symbols():
@@ -23,3 +27,6 @@ def test_plugins_export_only_their_plugin_symbols():
                              capture_output=True, text=True, check=True).stdout
         symbols = {line.split()[-1] for line in out.splitlines() if line.strip()}
         assert symbols == COMMON | own, (name, sorted(symbols - COMMON - own))
+    out = subprocess.run(["nm", "-D", "--defined-only", os.path.join(libs, "spank_planc.so")],
+                         capture_output=True, text=True, check=True).stdout
+    assert {line.split()[-1] for line in out.splitlines() if line.strip()} == SPANK

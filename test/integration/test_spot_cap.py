@@ -94,6 +94,13 @@ def test_submission_past_the_cap_is_refused_also_after_a_restart(capped):
                          lambda: refused_p3(c, user, account), timeout=60)
         check_message(c, err, account)
         c.run("scancel", other)
+    # Each refusal since the restart is counted for Prometheus (one per
+    # account above; the counters restart with slurmctld).
+    from test_exporter import fresh_metrics
+    c.state_dir = os.path.join(c.dir, "state", "ctld")
+    m = fresh_metrics(c, "slurmctld")
+    assert m[("planc_spot_cap_refusals_total", '{tier="P3"}')] == 3.0
+    assert m[("planc_spot_cap_refusals_total", '{tier="P2"}')] == 0.0
     assert time.time() < c.reset_at, "the test ran into the reset; it proves nothing"
 
 

@@ -103,6 +103,31 @@ TEST(BillingTest, PriceTable) {
 }
 
 // A bill of 0 always says why, also when the arithmetic makes it 0.
+TEST(BillingTest, AP2RunMatchedInTheMarketPaysItsMatchedPriceForCards) {
+  PlancConfig cfg;
+  Segment s = seg("p2-spot", 3600, {{"gpu", "h800", 8}}, 16, 65536);
+  s.admin_comment =
+      "[planc:market] bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in the round at "
+      "2026-12-01T01:20:00Z | admin: note";
+  Bill b = price_segment(cfg, s);
+  // 8 cards x 1 h x 9.00 = 72.00, + (16 x 0.10 + 64 x 0.01) x 0.35 = 0.784
+  EXPECT_EQ(b.amount_micros, 72'784'000);
+  EXPECT_EQ(b.card_hour_price, 9'000'000);
+  EXPECT_EQ(b.price_permille, 350u);
+  EXPECT_NE(b.note.find("P2 market: cards at the matched 9.00 CNY/card-hour"), std::string::npos);
+  // Still waiting (no matched price), or another tier: list x the factor.
+  s.admin_comment =
+      "[planc:market] bid 15.00 CNY/card-hour; waiting for the round at 2026-12-01T01:20:00Z";
+  EXPECT_EQ(price_segment(cfg, s).amount_micros, 56'784'000);
+  s.qos = "p3-spot";
+  s.admin_comment = "[planc:market] bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in x";
+  EXPECT_EQ(price_segment(cfg, s).card_hour_price, 20'000'000);
+  // Preempted: free, as every preempted spot run.
+  s = seg("p2-spot", 3600, {{"gpu", "h800", 8}}, 0, 0, "PREEMPTED");
+  s.admin_comment = "[planc:market] bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in x";
+  EXPECT_EQ(price_segment(cfg, s).amount_micros, 0);
+}
+
 TEST(BillingTest, ZeroByArithmeticSaysWhy) {
   struct Case {
     const char* name;

@@ -131,6 +131,19 @@ TEST(ConfigTest, ParsesValues) {
        [](const PlancConfig& c) { return c.spool_dir == "/var/spool/planc"; }},
       {"SpoolDir=\"/srv/planc spool\"",
        [](const PlancConfig& c) { return c.spool_dir == "/srv/planc spool"; }},
+      {"",
+       [](const PlancConfig& c) {
+         return c.market.interval_seconds == 900 && c.market.min_permille == 300 &&
+                c.market.floor_curve.size() == 3 &&
+                c.market.floor_curve[1].vacancy_permille == 300 &&
+                c.market.floor_curve[1].multiplier_permille == 800;
+       }},
+      {"MarketInterval=5s\nMarketMinFraction=0.25\nMarketFloorCurve=0:1.2,0.5:0.5",
+       [](const PlancConfig& c) {
+         return c.market.interval_seconds == 5 && c.market.min_permille == 250 &&
+                c.market.floor_curve.size() == 2 &&
+                c.market.floor_curve[0].multiplier_permille == 1200;
+       }},
   };
   for (const Case& c : cases) {
     auto r = parse_config(c.text, "planc.conf");
@@ -215,6 +228,11 @@ TEST(ConfigTest, Errors) {
       {"SpoolDir=spool", "f.conf:1: key 'SpoolDir': 'spool' is not an absolute path",
        "StateSaveLocation"},
       {"Bogus=1", "f.conf:1: key 'Bogus': unknown key", "ShardsPerCard, SpoolDir"},
+      {"MarketMinFraction=1.5", "f.conf:1: key 'MarketMinFraction': '1.5' is not a share",
+       "(e.g. 0.30)"},
+      {"MarketFloorCurve=0.3:0.8,0.1:0.9", "f.conf:1: key 'MarketFloorCurve': vacancies must rise",
+       "'0.1:0.9'"},
+      {"MarketInterval=0", "f.conf:1: key 'MarketInterval'", ""},
   };
   for (const Case& c : cases) {
     auto r = parse_config(c.text, "f.conf");

@@ -96,9 +96,46 @@ TEST(JobMarksTest, PreemptionNoteBesideTheMark) {
       {mark + " | planc: old note", mark + " | planc: new"},
       {"admin's own words", std::nullopt},
       {mark + " | admin's own words", std::nullopt},
+      // Every Plan C mark is kept, in its order, before the note.
+      {"[planc:market] bid 9.00 | " + mark + " | planc: old",
+       "[planc:market] bid 9.00 | " + mark + " | planc: new"},
+      {"[planc:fallback] x | admin's own words", std::nullopt},
   };
   for (const Case& c : cases)
     EXPECT_EQ(admin_comment_with_note(c.current, "planc: new"), c.result) << c.current;
+}
+
+TEST(JobMarksTest, TaggedMarksReplaceInPlaceAndKeepOtherText) {
+  constexpr std::string_view kTag = "[planc:x]";
+  EXPECT_EQ(with_tagged_mark("", kTag, "[planc:x] a"), "[planc:x] a");
+  EXPECT_EQ(with_tagged_mark("note", kTag, "[planc:x] a"), "[planc:x] a | note");
+  EXPECT_EQ(with_tagged_mark("[planc:y] b | [planc:x] old | note", kTag, "[planc:x] a"),
+            "[planc:y] b | [planc:x] a | note");
+  EXPECT_EQ(find_tagged_mark("[planc:y] b | [planc:x] a | note", kTag), "[planc:x] a");
+  EXPECT_FALSE(find_tagged_mark("[planc:y] b", kTag));
+  EXPECT_EQ(without_tagged_mark("[planc:y] b | [planc:x] a | note", kTag), "[planc:y] b | note");
+  EXPECT_EQ(without_tagged_mark("note | [planc:x] a", kTag), "note");
+  EXPECT_EQ(without_tagged_mark("[planc:x] a", kTag), "");
+}
+
+TEST(JobMarksTest, SpotFallbackMarks) {
+  const std::string pending = fallback_mark(cfg(), TierId::kP1);
+  EXPECT_EQ(pending, "[planc:fallback] a preempted run comes back in P1 (p1-guaranteed)");
+  EXPECT_EQ(fallback_pending(pending), TierId::kP1);
+  EXPECT_EQ(fallback_pending("[planc:market] bid 9.00 | " + pending + " | planc: preempted"),
+            TierId::kP1);
+  const std::string done = fallback_done_mark(cfg(), TierId::kP3, TierId::kP1, kT);
+  EXPECT_EQ(done,
+            "[planc:fallback] preempted as P3 at 2026-11-30T01:47:12Z; requeued in P1 "
+            "(p1-guaranteed), billed at P1's price from the next run");
+  EXPECT_FALSE(fallback_pending(done));  // acted on: never moved twice
+  const std::string refused =
+      fallback_refused_mark(cfg(), TierId::kP3, TierId::kP1, kT, "Invalid qos specification");
+  EXPECT_EQ(refused,
+            "[planc:fallback] preempted as P3 at 2026-11-30T01:47:12Z; not moved to P1 "
+            "(p1-guaranteed): Invalid qos specification; the job stays in P3");
+  EXPECT_FALSE(fallback_pending(refused));
+  EXPECT_FALSE(fallback_pending("planc: preempted"));
 }
 
 }  // namespace

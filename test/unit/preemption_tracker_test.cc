@@ -55,9 +55,13 @@ TEST(PreemptionTrackerTest, GraceEndsOnTimeNotBefore) {
   EXPECT_EQ(e.count_in_window, 1u);
   EXPECT_EQ(e.capped_until, 0);
   EXPECT_EQ(t.in_grace(), 1u);
-  EXPECT_EQ(t.next_due(), kT0ms + 30'000 + kGraceSlackMs);
-  EXPECT_TRUE(t.plan(kT0ms + 30'000, in_grace()).empty()) << "Slurm compares whole seconds";
-  auto a = t.plan(kT0ms + 30'000 + kGraceSlackMs, in_grace());
+  EXPECT_EQ(e.when_ms, kT0ms + 300);
+  // Timed from the start in ms, not from its truncated second: a grace
+  // started 0.3 s into its second lasts 30 s, not 29.7.
+  EXPECT_EQ(t.next_due(), kT0ms + 300 + 30'000 + kGraceSlackMs);
+  EXPECT_TRUE(t.plan(kT0ms + 30'000 + kGraceSlackMs, in_grace()).empty());
+  EXPECT_TRUE(t.plan(kT0ms + 300 + 30'000, in_grace()).empty());
+  auto a = t.plan(kT0ms + 300 + 30'000 + kGraceSlackMs, in_grace());
   ASSERT_EQ(kinds(a), std::vector<K>{K::kEndGrace});
   EXPECT_EQ(a[0].job_id, kVictim);
   EXPECT_EQ(a[0].preemptor, kPreemptor);
@@ -294,6 +298,7 @@ TEST(PreemptionTrackerTest, StateFileKeepsGracesAcrossARestart) {
   ASSERT_EQ(kinds(a), (std::vector<K>{K::kEndGrace, K::kRequeue}));
   PreemptionEvent want = event();
   want.count_in_window = 1;
+  want.when_ms = kT0ms;
   EXPECT_EQ(a[0].event, want);
 }
 
@@ -318,17 +323,44 @@ TEST(PreemptionTrackerTest, ReadsVersion1AndRejectsDamage) {
 
 TEST(PreemptionTrackerTest, ReadsVersion2PreemptorsAsFirstRuns) {
   // v2 listed a preemptor's victims without their runs: read as run 0, and
-  // written back as v3 with the runs.
+  // written back (now v4) with the runs.
   auto v2 = PreemptionTracker::parse(frame_state("planc-preempt-state v2", "P 20 1000 10 11\n", 1),
                                      3, 86400);
   ASSERT_TRUE(v2.ok()) << v2.error();
   EXPECT_EQ(v2.value().watched(), (std::vector<uint32_t>{10, 11, 20}));
-  std::string v3 = v2.value().serialize();
-  EXPECT_EQ(v3.rfind("planc-preempt-state v3\n", 0), 0u) << v3;
-  EXPECT_NE(v3.find("P 20 1000 10 0 11 0\n"), std::string::npos) << v3;
+  std::string v4 = v2.value().serialize();
+  EXPECT_EQ(v4.rfind("planc-preempt-state v4\n", 0), 0u) << v4;
+  EXPECT_NE(v4.find("P 20 1000 10 0 11 0\n"), std::string::npos) << v4;
   // v3 pairs each victim with its run: an odd count is damage.
   EXPECT_FALSE(PreemptionTracker::parse(
                    frame_state("planc-preempt-state v3", "P 20 1000 10 0 11\n", 1), 3, 86400)
+                   .ok());
+}
+
+TEST(PreemptionTrackerTest, RestartKeepsTheGracesMillisecondStart) {
+  PreemptionTracker t(3, 86400);
+  t.start(event(), kT0ms + 900);
+  std::string text = t.serialize();
+  EXPECT_EQ(text.rfind("planc-preempt-state v4\n", 0), 0u) << text;
+  auto back = PreemptionTracker::parse(text, 3, 86400);
+  ASSERT_TRUE(back.ok()) << back.error();
+  PreemptionTracker r = std::move(back).value();
+  EXPECT_EQ(r.next_due(), kT0ms + 900 + 30'000 + kGraceSlackMs);
+  EXPECT_TRUE(r.plan(kT0ms + 30'000 + kGraceSlackMs, in_grace()).empty());
+  EXPECT_EQ(kinds(r.plan(kT0ms + 30'902, in_grace())), std::vector<K>{K::kEndGrace});
+
+  // A v3 file (no ms): timed from the whole second, as that release did.
+  auto v3 = PreemptionTracker::parse(
+      frame_state("planc-preempt-state v3",
+                  "V 10 0 " + std::to_string(kT0) + " 30 1 1 0 2 99 0 1 a:acct\n", 1),
+      3, 86400);
+  ASSERT_TRUE(v3.ok()) << v3.error();
+  EXPECT_EQ(v3.value().next_due(), kT0ms + 30'000 + kGraceSlackMs);
+  // A v4 victim without its ms start is damage.
+  EXPECT_FALSE(PreemptionTracker::parse(
+                   frame_state("planc-preempt-state v4",
+                               "V 10 0 " + std::to_string(kT0) + " 30 1 1 0 2 99 0 1 a:acct\n", 1),
+                   3, 86400)
                    .ok());
 }
 

@@ -52,6 +52,24 @@ TEST(StateFileTest, GoodFileIsRead) {
   EXPECT_EQ(l.problem, "");
 }
 
+TEST(StateFileTest, NoSyncReplacesByExchangeAndLeavesNothingBehind) {
+  TempDir d;
+  std::string path = d.path + "/snapshot";
+  ASSERT_FALSE(write_file_atomically(path, "first\n", Durability::kNoSync));  // nothing to exchange
+  // A reader holding the old file keeps reading it whole.
+  std::ifstream old(path);
+  ASSERT_FALSE(write_file_atomically(path, "second\n", Durability::kNoSync));
+  ASSERT_FALSE(write_file_atomically(path, "third\n", Durability::kNoSync));
+  std::string held;
+  std::getline(old, held);
+  EXPECT_EQ(held, "first");
+  auto r = read_state_file(path);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r.value(), "third\n");
+  EXPECT_FALSE(fs::exists(path + ".new"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(d.path), fs::directory_iterator()), 1);
+}
+
 TEST(StateFileTest, UnreadableFileIsReportedAndKept) {
   TempDir d;
   std::string path = d.path + "/state";

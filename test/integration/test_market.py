@@ -1,0 +1,330 @@
+"""The P2 market on the private cluster (issue 15): the sbatch options
+spank/planc adds (--bid, --lock-price, --spot-fallback), every bad input
+refused by job_submit/planc with its message, the floor slurmctld/planc
+sets from the vacancy at each round (Market=yes), and the clearing: bids
+held for a round, the highest that fit released at one price, the others
+told why and when the next round is, and bills at the matched price; a
+booking's locked price billed after the floor moved; a --spot-fallback P3
+job preempted by a P0 job back in p1-guaranteed."""
+import json
+import os
+import re
+
+import pytest
+
+from conftest import ROOT
+
+BILL_TOOL = os.path.join(ROOT, "planc-bill")
+
+LIST = "20.00"  # planc.conf.example: CardHourPrice h800 20, CardHourPriceFloor 10
+
+
+@pytest.fixture(scope="module")
+def market(cluster):
+    cluster.cancel_all()
+    cluster.reload_planc_conf(["Market=yes", "MarketInterval=2s"])
+    yield cluster
+    cluster.cancel_all()
+    cluster.reload_planc_conf([])
+
+
+def sbatch_err(c, *args, user="pcbob", account="acct-spot", qos="p2-spot"):
+    """sbatch's stderr for a submission that must be refused."""
+    jobid, p = c.sbatch("-A", account, f"--qos={qos}", "--gres=gpu:1", *args, "--wrap", "sleep 60",
+                        user=user)
+    assert not jobid, f"accepted as {jobid}: {args}"
+    return p.stderr
+
+
+def test_market_closed(cluster):
+    """Market=no (the default): the options that need it are refused, and
+    planc-bill market says the market is not open."""
+    c = cluster
+    c.reload_planc_conf([])
+    err = sbatch_err(c, "--bid=12")
+    assert ("sbatch: error: the P2 spot market is not open on this cluster (planc.conf Market=no): "
+            "leave --bid out, and the job takes the P2 price") in err, err
+    out = c.run(BILL_TOOL, "market", user="pcbob", check=True).stdout
+    assert out == "The P2 spot market is not open on this cluster (planc.conf Market=no).\n", out
+
+
+CASES = [
+    (["--bid=cheap"], {}, "--bid=cheap is not a price: give a card-hour price in CNY, e.g. --bid=12.50"),
+    (["--bid=12"], {"qos": "p3-spot"},
+     "--bid is for P2 jobs (the spot market); this job is P3: submit it with --qos=p2-spot, or "
+     "leave --bid out"),
+    (["--bid=5"], {},
+     f"--bid=5 is below the market's minimum of 6.00 CNY per card-hour (0.30 of the list price "
+     f"{LIST}): bid at least 6.00"),
+    (["--bid=25"], {},
+     f"--bid=25 is above the list price of {LIST} CNY per card-hour: a guaranteed tier costs "
+     f"that; bid at most {LIST}"),
+    (["--lock-price"], {},
+     "--lock-price needs --begin: a price is locked for a job booked ahead, e.g. "
+     "--begin=now+2hours --lock-price"),
+    (["--lock-price", "--begin=now+30hours"], {},
+     "--lock-price: --begin is 30 h ahead; a price can be locked at most 24 h ahead: book nearer "
+     "the start, or leave --lock-price out"),
+    (["--lock-price"], {"qos": "p3-spot", "account": "acct-spot"},
+     "--lock-price is for P2 jobs (the spot market); this job is P3: submit it with "
+     "--qos=p2-spot, or leave --lock-price out"),
+    (["--spot-fallback"], {"qos": "p0-lease", "account": "acct-lease", "user": "pcalice"},
+     "--spot-fallback is for P2 and P3 jobs; this job is P0, which is never preempted: leave "
+     "--spot-fallback out"),
+    (["--spot-fallback"], {"qos": "p3-spot"},
+     "--spot-fallback: account acct-spot may not use a guaranteed tier to fall back to; ask your "
+     "admin to add one to the account, or leave --spot-fallback out"),
+]
+
+
+@pytest.mark.parametrize("args,kw,message", CASES, ids=[" ".join(c[0]) + " " + c[1].get("qos", "p2-spot")
+                                                         for c in CASES])
+def test_bad_market_input_is_refused_with_its_message(market, args, kw, message):
+    err = sbatch_err(market, *args, **kw)
+    assert f"sbatch: error: {message}\n" in err, err
+
+
+def test_bid_and_lock_together_are_refused(market):
+    err = sbatch_err(market, "--bid=12", "--lock-price", "--begin=now+1hour")
+    assert ("sbatch: error: --bid and --lock-price together: a locked booking pays the floor at "
+            "booking and takes part in no round; give one of them\n") in err, err
+
+
+def market_config(c):
+    out = c.run("scontrol", "show", "config", check=True).stdout
+    section = out[out.index("----- slurmctld/planc"):]
+    return dict(re.findall(r"^(Market\w*)\s+= (.*)$", section, re.M))
+
+
+def next_round(c, after):
+    """The market's state once a round later than `after` has set the floors."""
+    return c.wait_for("a market round", lambda: (lambda m: m if m.get("MarketLastRound", "none yet")
+                                                 not in ("none yet", after) else None)(
+        market_config(c)), timeout=60, interval=0.5)
+
+
+def test_an_idle_pool_lowers_the_floor_and_the_minimum_holds(market):
+    c = market
+    c.cancel_all()
+    # Rounds every 2 s; the pool is idle, so the vacancy over a round is 1.
+    c.reload_planc_conf(["Market=yes", "MarketInterval=2s", "MarketFloorCurve=0:1.0,0.3:0.8"])
+    first = next_round(c, None)
+    m = next_round(c, first["MarketLastRound"])
+    assert m["MarketVacancy"] == "1.00", m
+    # Flat beyond the curve's last point: 0.8 x CardHourPriceFloor.
+    assert m["MarketFloor"] == "default=8.00,h800=8.00 CNY/card-hour", m
+    # What a user sees (any user: scontrol show config is public).
+    out = c.run(BILL_TOOL, "market", user="pcbob", check=True).stdout
+    assert out.startswith("Current floor: other GPUs @ 8.00 CNY/card-hour (-60% vs list 20.00)\n"
+                          "               H800 @ 8.00 CNY/card-hour (-60% vs list 20.00)\n"
+                          "Vacancy:       1.00 of the GPUs idle"), out
+    js = json.loads(c.run(BILL_TOOL, "market", "--format", "json", user="pcbob", check=True).stdout)
+    assert js["market"] == "open" and js["floors"][1] == {
+        "gpu_type": "h800", "floor": "8.00", "list": "20.00", "vs_list_percent": -60}, js
+    # A curve that would go below 30% of list stops there (6.00 of 20.00).
+    c.reload_planc_conf(["Market=yes", "MarketInterval=2s", "MarketFloorCurve=0:1.0,1:0.1"])
+    m = next_round(c, next_round(c, None)["MarketLastRound"])
+    assert m["MarketFloor"] == "default=6.00,h800=6.00 CNY/card-hour", m
+    assert m["MarketMinFraction"] == "0.30"
+    out = c.run(BILL_TOOL, "market", user="pcbob", check=True).stdout
+    assert "H800 @ 6.00 CNY/card-hour (-70% vs list 20.00)" in out, out
+    # A bid at the minimum is taken.
+    jobid, p = c.sbatch("-A", "acct-spot", "--qos=p2-spot", "--gres=gpu:1", "--bid=6", "--wrap",
+                        "sleep 1", user="pcbob")
+    assert jobid, p.stderr
+    c.cancel_all()
+
+
+def admin_comment(c, jobid):
+    out = c.run("scontrol", "show", "job", jobid, check=True).stdout
+    m = re.search(r"^\s*AdminComment=(.*?)\s*$", out, re.M)
+    return m.group(1) if m else ""
+
+
+def test_three_bids_for_room_for_two(market):
+    """15, 12 and 9 per card-hour for 8 GPUs each, with 16 GPUs offered
+    (two P0 jobs hold the other 16): 15 and 12 run at 9.00, the highest
+    losing bid; 9 waits, told why and when the next round is; a P0 job
+    ends, and 9 wins the next round at the floor.  The bills say so."""
+    from test_billing import psql
+    c = market
+    c.cancel_all()
+    # Rounds every 20 s (the three bids land in one); floor 5 x the curve,
+    # never under 30% of list: 6.00.
+    c.reload_planc_conf(["Market=yes", "MarketInterval=20s", "CardHourPriceFloor=5"])
+    p0 = []
+    for _ in range(2):
+        j, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--gres=gpu:8", "--wrap", "sleep 600",
+                        user="pcalice")
+        assert j, p.stderr
+        p0.append(j)
+    c.wait_for("the P0 jobs to run", lambda: all(c.state(j) == "RUNNING" for j in p0), timeout=60)
+    last = next_round(c, None)["MarketLastRound"]
+    bids = {}
+    for price in (15, 12, 9):
+        j, p = c.sbatch("-A", "acct-spot", "--qos=p2-spot", "--gres=gpu:8", f"--bid={price}",
+                        "--wrap", "sleep 600", user="pcbob")
+        assert j, p.stderr
+        assert (f"sbatch: P2 spot market: your bid {price}.00 CNY/card-hour; the job waits for the "
+                "round at ") in p.stderr, p.stderr
+        bids[price] = j
+    for j in bids.values():
+        # Held from submission (Slurm calls a hold set at submission the
+        # owner's); a bid that loses is held by the administrator.
+        assert c.squeue_field(j, "%r") in ("JobHeldUser", "JobHeldAdmin")
+        assert admin_comment(c, j).startswith("[planc:market] bid "), admin_comment(c, j)
+    round_ = next_round(c, last)
+    c.wait_for("15 and 12 to run", lambda: all(c.state(bids[p]) == "RUNNING" for p in (15, 12)),
+               timeout=60)
+    for price in (15, 12):
+        assert admin_comment(c, bids[price]) == (
+            f"[planc:market] bid {price}.00 CNY/card-hour; matched at 9.00 CNY/card-hour in the "
+            f"round at {round_['MarketLastRound']}"), admin_comment(c, bids[price])
+    assert c.state(bids[9]) == "PENDING"
+    assert c.squeue_field(bids[9], "%r") == "JobHeldAdmin"
+    out = c.run(BILL_TOOL, "market", user="pcbob", check=True).stdout
+    assert (f"Last clearing: 9.00 CNY/card-hour at {round_['MarketLastRound']}, 2 of 3 bid(s) "
+            "matched\n") in out, out
+    # The owner's own jobs, each with its market text.
+    mine = out[out.index("Your P2 jobs:  "):].splitlines()
+    assert sorted(line[15:].split(":")[0] for line in mine) == sorted(
+        [f"{bids[15]} R", f"{bids[12]} R", f"{bids[9]} PD"]), out
+    assert (f" {bids[15]} R: bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in the round "
+            f"at {round_['MarketLastRound']}\n") in out, out
+    assert f" {bids[9]} PD: bid 9.00 CNY/card-hour; not matched (no room; " in out, out
+    other = c.run(BILL_TOOL, "market", user="pcalice", check=True).stdout
+    assert "Your P2 jobs:  none in the market\n" in other, other
+    loser = ("[planc:market] bid 9.00 CNY/card-hour; not matched (no room; the last round "
+             "cleared at 9.00); rounds every 20 s (planc-bill market shows the next)")
+    assert admin_comment(c, bids[9]) == loser, admin_comment(c, bids[9])
+    # The next round, nothing changed: 9 is not updated (its mark says the
+    # same), and says so in the log: one line per round.
+    settled = next_round(c, round_["MarketLastRound"])  # the winners' jobs updated by now
+    again = next_round(c, settled["MarketLastRound"])
+    assert admin_comment(c, bids[9]) == loser
+    assert int(again["MarketRounds"]) > int(settled["MarketRounds"])
+    assert again["MarketJobUpdates"] == settled["MarketJobUpdates"], (settled, again)
+    # 8 GPUs free up: the next round takes 9, alone: the floor.
+    c.run("scancel", p0[0], check=True)
+    c.wait_for("9 to run", lambda: c.state(bids[9]) == "RUNNING", timeout=90)
+    assert "; matched at 6.00 CNY/card-hour in the round at " in admin_comment(c, bids[9])
+    # 9 runs a few seconds before the cancel (squeue's TIME, %M, moving on):
+    # a run cancelled in the second it started has no length, and the
+    # expected interruption below counts runs that lasted.
+    c.wait_for("9 to have run 2 s", lambda: c.squeue_field(bids[9], "%M") not in (
+        "0:00", "0:01"), timeout=30)
+    # The bills: cards at the matched price.
+    c.run("scancel", *bids.values(), check=True)
+    ids = ",".join(bids.values())
+    rows = c.wait_for("the three bills", lambda: (lambda r: r if len(r) == 3 else None)(psql(
+        c, f"SELECT job_id, card_hour_price FROM planc.bill WHERE job_id IN ({ids}) "
+        "ORDER BY job_id")), timeout=60)
+    got = {r[0]: r[1] for r in rows}
+    assert got == {bids[15]: "9.000000", bids[12]: "9.000000", bids[9]: "6.000000"}, rows
+    # The expected interruption, as any user sees it: every user's P2 runs
+    # of the last 24 h (planc.p2_runs), against the bills read as an admin.
+    # Shown to pcalice, who may read none of these bills (they are pcbob's).
+    runs, preempted, mean = psql(
+        c, "SELECT count(*), count(*) FILTER (WHERE state = 'PREEMPTED'), "
+        "avg(extract(epoch FROM end_time - start_time)) FROM planc.bill WHERE tier = 'P2' "
+        "AND end_time > now() - interval '24 hours' AND end_time > start_time")[0]
+    assert int(runs) >= 3
+    h = float(mean) / 3600
+    hours = f"{h:.2f}" if h < 1 else f"{h:.1f}"
+    out = c.run(BILL_TOOL, "market", user="pcalice", check=True).stdout
+    assert ("Expected interruption: may be preempted by P0 or P1 (guaranteed work); P2 jobs have "
+            f"run {hours} h on average in the last 24 h ({runs} runs ended, {preempted} "
+            "preempted)\n") in out, out
+    js = json.loads(c.run(BILL_TOOL, "market", "--format", "json", user="pcalice",
+                          check=True).stdout)
+    assert js["expected_interruption"] == {"window_hours": 24, "p2_runs": int(runs),
+                                           "preempted": int(preempted),
+                                           "mean_run_hours": hours}, js
+
+
+def floor_now(c):
+    return market_config(c).get("MarketFloor")
+
+
+def test_a_locked_price_is_billed_after_the_floor_moved(market):
+    """A booking made while the pool is full (floor 10.00) locks 10.00; the
+    pool empties, the floor falls to 8.00 (30% idle: -20%), and the job,
+    starting at its --begin time, is billed at 10.00."""
+    from test_billing import psql
+    c = market
+    c.cancel_all()
+    c.reload_planc_conf(["Market=yes", "MarketInterval=3s", "MarketFloorCurve=0:1.0,0.3:0.8"])
+    # Three P0 jobs (24 GPUs, under the 80% cap) and a P3 job fill the pool.
+    fill = []
+    for qos, acct, user in [("p0-lease", "acct-lease", "pcalice")] * 3 + [
+            ("p3-spot", "acct-spot", "pcbob")]:
+        j, p = c.sbatch("-A", acct, f"--qos={qos}", "--gres=gpu:8", "--wrap", "sleep 600",
+                        user=user)
+        assert j, p.stderr
+        fill.append(j)
+    c.wait_for("the pool to fill", lambda: all(c.state(j) == "RUNNING" for j in fill), timeout=60)
+    busy = "default=10.00,h800=10.00 CNY/card-hour"
+    m = next_round(c, None)
+    c.wait_for("a round over a full pool", lambda: (lambda m: m if m["MarketVacancy"] == "0.00"
+                                                    and m["MarketFloor"] == busy else None)(
+        next_round(c, m["MarketLastRound"])), timeout=60)
+    jobid, p = c.sbatch("-A", "acct-spot", "--qos=p2-spot", "--gres=gpu:1", "--lock-price",
+                        "--begin=now+40", "--wrap", "sleep 2", user="pcbob")
+    assert jobid, p.stderr
+    assert ("sbatch: P2 spot market: price locked at 10.00 CNY/card-hour (the floor now) for its "
+            "runs from ") in p.stderr, p.stderr
+    assert admin_comment(c, jobid).startswith(
+        "[planc:market] locked at 10.00 CNY/card-hour, the floor when booked at "), \
+        admin_comment(c, jobid)
+    assert c.squeue_field(jobid, "%r") == "BeginTime"  # not held: it waits for its --begin
+    c.run("scancel", *fill, check=True)
+    c.wait_for("the floor to fall", lambda: floor_now(c) == "default=8.00,h800=8.00 CNY/card-hour",
+               timeout=60)
+    assert c.state(jobid) == "PENDING"  # the floor moved before the job started
+    c.wait_for("the booked job to run and end", lambda: c.state(jobid) == "GONE", timeout=120)
+    rows = c.wait_for("its bill", lambda: psql(
+        c, "SELECT card_hour_price, note, state FROM planc.bill WHERE job_id = :'p0'", jobid),
+        timeout=60)
+    assert rows[0][0] == "10.000000", rows
+    assert "P2 market: cards at the locked 10.00 CNY/card-hour" in rows[0][1], rows
+    assert rows[0][2] == "COMPLETED", rows
+
+
+def test_spot_fallback_brings_a_preempted_p3_job_back_in_p1(small_cluster):
+    """One node, one possible victim: a --spot-fallback P3 job (acct-api,
+    whose guaranteed tier is P1) preempted by a P0 job comes back pending
+    in p1-guaranteed; squeue, its AdminComment and its next bill say so."""
+    from test_billing import psql
+    c = small_cluster
+    c.set_planc_conf([])
+    c.cancel_all()
+    j, p = c.sbatch("-A", "acct-api", "--qos=p3-spot", "--gres=gpu:4", "--spot-fallback",
+                    "--wrap", "sleep 600", user="pccarol")
+    assert j, p.stderr
+    assert ("sbatch: --spot-fallback: a preempted run of this job comes back in P1 "
+            "(p1-guaranteed), billed at P1's price from then on") in p.stderr, p.stderr
+    assert admin_comment(c, j) == ("[planc:fallback] a preempted run comes back in P1 "
+                                   "(p1-guaranteed)"), admin_comment(c, j)
+    c.wait_for("the P3 job to run", lambda: c.state(j) == "RUNNING", timeout=60)
+    assert c.squeue_field(j, "%q") == "p3-spot"
+    p0, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--gres=gpu:6", "--wrap", "sleep 600",
+                     user="pcalice")
+    assert p0, p.stderr
+    c.wait_for("the P0 job to run", lambda: c.state(p0) == "RUNNING", timeout=60)
+    c.wait_for("the preempted job back in p1-guaranteed",
+               lambda: c.squeue_field(j, "%q") == "p1-guaranteed", timeout=30)
+    assert c.state(j) == "PENDING"
+    text = admin_comment(c, j)
+    assert re.match(r"^\[planc:fallback\] preempted as P3 at \S+Z; requeued in P1 "
+                    r"\(p1-guaranteed\), billed at P1's price from the next run \| planc: "
+                    r"preempted", text), text
+    # The P0 job ends; the job runs again, as P1.
+    c.end_now(p0)
+    c.wait_for("the job to run as P1", lambda: c.state(j) == "RUNNING", timeout=90)
+    c.run("scancel", j, check=True)
+    rows = c.wait_for("both bills", lambda: (lambda r: r if len(r) == 2 else None)(psql(
+        c, "SELECT segment, tier, qos, state, amount_minor FROM planc.bill WHERE job_id = :'p0' "
+        "ORDER BY segment", j)), timeout=60)
+    assert [r[:4] for r in rows] == [["0", "P3", "p3-spot", "PREEMPTED"],
+                                     ["1", "P1", "p1-guaranteed", "CANCELLED"]], rows
+    assert rows[0][4] == "0", rows  # the preempted run is free
