@@ -274,6 +274,12 @@ void run_worker(Plugin* pp) {
   time_t last_sweep = time(nullptr);
   auto last_metrics = std::chrono::steady_clock::now() - kMetricsInterval;
   auto last_write = std::chrono::steady_clock::now() - kStateWriteInterval;
+  // Until slurmctld has loaded its jobs and the first snapshot is out, the
+  // worker looks every short tick: after a restart the snapshot on disk is
+  // the one from before, stale, and planc-exporter reports the source down
+  // until this plugin writes again (CI saw it 4 s after a restart, when
+  // the other two plugins had written and this one still slept its 5 s).
+  bool first_snapshot_written = false;
   planc::MutexLock l(p.mu);
   while (!p.stop) {
     bool busy = p.tracker.busy() || p.tracker.dirty() || !p.fallbacks.empty();
@@ -282,7 +288,8 @@ void run_worker(Plugin* pp) {
     // of the wall clock (NTP on a machine just booted) neither stalls the
     // worker nor wakes it early.  The tracker's due times are wall-clock
     // milliseconds, so they become a delay from now.
-    auto wake = std::chrono::steady_clock::now() + (busy ? kBusyTick : kIdleTick);
+    auto wake = std::chrono::steady_clock::now() +
+                (busy || !first_snapshot_written ? kBusyTick : kIdleTick);
     if (auto due = p.tracker.next_due())
       wake = std::min(wake,
                       std::chrono::steady_clock::now() +
@@ -328,6 +335,7 @@ void run_worker(Plugin* pp) {
     if (std::chrono::steady_clock::now() - last_metrics >= kMetricsInterval) {
       l.unlock();
       write_metrics(p);
+      first_snapshot_written = true;
       last_metrics = std::chrono::steady_clock::now();
       l.lock();
     }

@@ -29,10 +29,16 @@ def c(cluster):
 
 
 def wait_snapshots(c):
-    """Both plugins write theirs every 5 s once slurmctld has loaded its jobs."""
+    """Each plugin writes its snapshot every 5 s once slurmctld has loaded its
+    jobs.  Waits for one written after now from each: after a restart the
+    files on disk are the ones from before, stale, and a test reading them
+    would find a source down that is merely still starting."""
+    t0 = time.time()
     for source in ("slurmctld", "preempt", "jobcomp"):
-        c.wait_for(f"{source}'s metrics snapshot", lambda: os.path.exists(
-            os.path.join(c.state_dir, f"planc_metrics_{source}")), timeout=30)
+        path = os.path.join(c.state_dir, f"planc_metrics_{source}")
+        c.wait_for(f"a {source} metrics snapshot written after the test began",
+                   lambda: os.path.exists(path) and os.path.getmtime(path) > t0,
+                   timeout=30, interval=0.2)
 
 
 def fresh_metrics(c, source):
