@@ -65,6 +65,14 @@ std::string state_file_path(const char* name) {
   return std::string(dir) + "/" + name;
 }
 
+BillSite bill_site() {
+  BillSite s;
+  if (slurm_conf.job_comp_type) s.jobcomp_type = slurm_conf.job_comp_type;
+  if (slurm_conf.job_comp_loc) s.jobcomp_loc = slurm_conf.job_comp_loc;
+  if (slurm_conf.cluster_name) s.cluster = slurm_conf.cluster_name;
+  return s;
+}
+
 SubmitRequest submit_request(const PlancConfig& cfg, const job_desc_msg_t* desc) {
   SubmitRequest req;
   req.requested_qos = str(desc->qos);
@@ -476,6 +484,9 @@ std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_pos) {
     m.bid = mark->bid;
     m.bidding = !mark->matched && !mark->locked;
     m.admin_held = held && job->state_reason == WAIT_HELD;
+    m.uid = job->user_id;
+    if (job->user_name) m.user = job->user_name;
+    if (job->account) m.account = job->account;
     out.push_back(std::move(m));
   }
   list_iterator_destroy(it);

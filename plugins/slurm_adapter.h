@@ -57,6 +57,14 @@ inline slurmctld_lock_t job_update_locks() {
 // <StateSaveLocation>/<name>: where a plugin keeps its state file.
 std::string state_file_path(const char* name);
 
+// Where the bills go: slurm.conf's JobCompType, JobCompLoc (jobcomp/planc's
+// connection string) and ClusterName.  Reads slurm_conf; call from init()
+// or with the config read lock.
+struct BillSite {
+  std::string jobcomp_type, jobcomp_loc, cluster;
+};
+BillSite bill_site();
+
 // Fills a SubmitRequest for a new job from its description and its
 // association in slurmdbd's cache.  Takes assoc_mgr read locks briefly.
 SubmitRequest submit_request(const PlancConfig& cfg, const job_desc_msg_t* desc);
@@ -216,6 +224,11 @@ struct MarketJob {
   std::optional<Micros> bid;  // from the mark; none: bids the list price
   bool bidding = false;       // else matched, not started
   bool admin_held = false;    // priority 0 by an administrator (a round's hold)
+  // The owner, for the round's record (planc.market_bid): user_name may be
+  // empty (slurmctld fills it lazily); the caller resolves uid then,
+  // outside the locks.
+  uint32_t uid = 0;
+  std::string user, account;
 };
 std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_tres_pos);
 

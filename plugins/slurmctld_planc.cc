@@ -19,6 +19,11 @@
 //                       jobcomp/planc's spool.  The worker starts a new
 //                       file each UTC day (fsyncing the old one) and
 //                       removes files past kJournalKeepDays.
+//   market records      each P2 market round (common/market_record.h) is
+//                       written to StateSaveLocation/planc_market/ right
+//                       after its clearing; a second thread, the recorder,
+//                       stores the files in PostgreSQL (planc.market_round,
+//                       planc.market_bid: sql/0006) and removes them.
 //   metrics snapshot    after each spot sample, the pool's GPUs and jobs
 //                       per tier, idle-threshold crossings, starvation and
 //                       reload counters, for planc-exporter
@@ -33,9 +38,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cctype>
@@ -50,8 +57,11 @@
 #include "common/append_file.h"
 #include "common/job_marks.h"
 #include "common/market.h"
+#include "common/market_record.h"
+#include "common/market_store.h"
 #include "common/preempt_policy.h"  // format_utc
 #include "common/run_journal.h"
+#include "common/spool.h"  // RetryBackoff
 #include "common/spot_cap.h"
 #include "common/starvation.h"
 #include "common/state_file.h"
@@ -144,6 +154,182 @@ std::atomic<uint64_t> g_round_read_usec{0}, g_round_clear_usec{0}, g_round_updat
     g_round_bids{0}, g_round_total_usec{0};
 std::string g_last_clearing GUARDED_BY(g_floors_mu) = "none yet";
 
+// --- market records -----------------------------------------------------------
+// A round's record is a file in StateSaveLocation/planc_market/, written
+// with fsync by the worker right after the clearing; the recorder thread
+// stores the files in PostgreSQL (common/market_store.h), oldest first, and
+// removes each once stored.  PostgreSQL down: the files wait and are
+// retried with backoff.  A file that does not parse, or that the database
+// refuses, is renamed *.rejected and logged once, never retried in a loop.
+// Rounds are recorded only where the bills are (JobCompType=jobcomp/planc,
+// whose JobCompLoc the recorder connects with, as slurmctld's writer role).
+constexpr const char* kMarketDir = "planc_market";
+std::string g_market_dir;  // empty: rounds are not recorded
+std::string g_market_conninfo, g_cluster;
+planc::Mutex g_rec_mu;
+std::condition_variable_any g_rec_cv;
+bool g_rec_stop GUARDED_BY(g_rec_mu) = false;
+bool g_rec_wake GUARDED_BY(g_rec_mu) = false;
+std::thread* g_recorder = nullptr;  // never destroyed at exit: see plugins/worker_thread.h
+std::atomic<uint64_t> g_rounds_recorded{0}, g_rounds_rejected{0}, g_rounds_waiting{0};
+
+// The worker, after a clearing: the record on disk, then the recorder told.
+void record_round(const planc::MarketRoundRecord& rec) {
+  if (g_market_dir.empty()) return;
+  const std::string path = g_market_dir + "/" + planc::round_file_name(rec);
+  if (auto err = planc::write_file_atomically(path, planc::serialize_round(rec))) {
+    error("%s: market: the round at %s is not recorded: %s", plugin_type,
+          planc::format_utc(rec.at).c_str(), err->c_str());
+    return;
+  }
+  {
+    planc::MutexLock l(g_rec_mu);
+    g_rec_wake = true;
+  }
+  g_rec_cv.notify_all();
+}
+
+// The round files waiting, oldest first (the name holds the round's time).
+std::vector<std::string> round_files() {
+  std::vector<std::pair<int64_t, std::string>> found;
+  if (DIR* d = opendir(g_market_dir.c_str())) {
+    while (struct dirent* e = readdir(d)) {
+      std::string_view n = e->d_name;
+      if (n.size() < 11 || n.substr(0, 6) != "round-" || n.substr(n.size() - 4) != ".rec") continue;
+      found.emplace_back(std::strtoll(e->d_name + 6, nullptr, 10), std::string(n));
+    }
+    closedir(d);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+void reject_round_file(const std::string& path, const std::string& why) {
+  g_rounds_rejected++;
+  const std::string aside = path + ".rejected";
+  if (rename(path.c_str(), aside.c_str()) != 0)
+    error("%s: market: %s: %s; and it cannot be moved aside: %m", plugin_type, path.c_str(),
+          why.c_str());
+  else
+    error("%s: market: %s: %s; kept as %s, not stored", plugin_type, path.c_str(), why.c_str(),
+          aside.c_str());
+}
+
+// Stores what waits.  Returns the seconds until the next look.
+int drain_rounds(std::unique_ptr<planc::BillStore>& store, planc::RetryBackoff& backoff) {
+  std::vector<std::string> files = round_files();
+  g_rounds_waiting = files.size();
+  for (const std::string& name : files) {
+    const std::string path = g_market_dir + "/" + name;
+    auto text = planc::read_state_file(path);
+    if (!text.ok()) {
+      if (text.code() == planc::ErrorCode::kNotFound) continue;
+      reject_round_file(path, text.error());
+      continue;
+    }
+    auto rec = planc::parse_round(text.value());
+    if (!rec.ok()) {
+      reject_round_file(path, "damaged record: " + rec.error());
+      continue;
+    }
+    if (!store) store = std::make_unique<planc::BillStore>(g_market_conninfo);
+    auto stored = planc::store_market_round(*store, g_cluster, rec.value());
+    if (!stored.ok()) {
+      // Unreachable (kRetryable), or a schema or privilege the admin must
+      // fix (kInvalid: migration 0006 not applied, the role not a writer):
+      // the files wait, as jobcomp/planc's spool does for bills.
+      if (stored.code() == planc::ErrorCode::kRetryable ||
+          stored.code() == planc::ErrorCode::kInvalid) {
+        bool log = false;
+        int wait = backoff.failed(time(nullptr), &log);
+        if (log)
+          error("%s: market: %s; %zu round record(s) kept in %s, retrying every %d s%s",
+                plugin_type, stored.error().c_str(), g_rounds_waiting.load(), g_market_dir.c_str(),
+                wait,
+                stored.code() == planc::ErrorCode::kInvalid
+                    ? " (apply the migrations with planc-migrate, and make JobCompLoc's role "
+                      "the writer with planc-bill sync-roles --writer)"
+                    : "");
+        store->disconnect();
+        return wait;
+      }
+      reject_round_file(path, "PostgreSQL refused it: " + stored.error());
+      continue;
+    }
+    if (backoff.succeeded())
+      info("%s: market: PostgreSQL reachable again; round records stored", plugin_type);
+    if (unlink(path.c_str()) != 0 && errno != ENOENT)
+      error("%s: market: stored %s but cannot remove it: %m", plugin_type, path.c_str());
+    g_rounds_recorded++;
+    if (g_rounds_waiting) g_rounds_waiting--;
+  }
+  return 60;  // a new round wakes the recorder at once
+}
+
+void recorder() {
+  std::unique_ptr<planc::BillStore> store;
+  planc::RetryBackoff backoff;
+  int wait = 0;
+  planc::MutexLock l(g_rec_mu);
+  while (!g_rec_stop) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait);
+    while (!g_rec_stop && !g_rec_wake &&
+           g_rec_cv.wait_until(l, until) == std::cv_status::no_timeout) {
+    }
+    if (g_rec_stop) break;
+    g_rec_wake = false;
+    l.unlock();
+    try {
+      wait = drain_rounds(store, backoff);
+    } catch (const std::exception& e) {
+      error("%s: market recorder: %s", plugin_type, e.what());
+      wait = 30;
+    }
+    l.lock();
+  }
+}
+
+// init(): rounds are recorded where the bills are.  Without jobcomp/planc
+// the market runs unrecorded, said once.
+void start_recorder() {
+  planc::slurm::BillSite site = planc::slurm::bill_site();
+  if (site.jobcomp_type != "jobcomp/planc") {
+    verbose(
+        "%s: market rounds are not recorded in PostgreSQL: JobCompType is %s, not "
+        "jobcomp/planc",
+        plugin_type, site.jobcomp_type.empty() ? "(none)" : site.jobcomp_type.c_str());
+    return;
+  }
+  std::string dir = planc::slurm::state_file_path(kMarketDir);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    error(
+        "%s: cannot create %s: %m; market rounds are NOT recorded in PostgreSQL (fix "
+        "StateSaveLocation's permissions and restart slurmctld)",
+        plugin_type, dir.c_str());
+    return;
+  }
+  g_market_dir = dir;
+  g_market_conninfo = site.jobcomp_loc;
+  g_cluster = site.cluster;
+  {
+    planc::MutexLock l(g_rec_mu);
+    g_rec_stop = false;
+    g_rec_wake = false;
+  }
+  g_recorder = planc::start_worker("planc_market", recorder);
+}
+
+void stop_recorder() {
+  {
+    planc::MutexLock l(g_rec_mu);
+    g_rec_stop = true;
+  }
+  g_rec_cv.notify_all();
+  planc::join_worker(g_recorder);
+}
+
 // A round's clearing (common/market.h): the P2 jobs held for the market bid
 // for the GPUs that neither guaranteed nor P2 jobs hold (nor winners of
 // earlier rounds that have not started); winners are released, every
@@ -189,6 +375,21 @@ void clear_round(const planc::PlancConfig& cfg, const planc::MarketFloors& floor
                           floors.default_floor, cfg.prices.default_card_hour);
   g_market_rounds++;
   g_round_clear_usec = usec_since(t_clear);
+  if (!g_market_dir.empty()) {
+    std::vector<std::pair<std::string, std::string>> owners;
+    owners.reserve(bidder.size());
+    for (const planc::slurm::MarketJob* j : bidder) {
+      std::string user = j->user;
+      if (user.empty()) {  // slurmctld had not filled it in: resolved here, outside the locks
+        struct passwd pw, *res = nullptr;
+        char buf[4096];
+        user = getpwuid_r(j->uid, &pw, buf, sizeof buf, &res) == 0 && res ? std::string(pw.pw_name)
+                                                                          : std::to_string(j->uid);
+      }
+      owners.emplace_back(std::move(user), j->account);
+    }
+    record_round(planc::make_round_record(floors.at, floors.vacancy, bids, owners, r));
+  }
   g_round_bids = bids.size();
   uint64_t update_usec = 0;
   uint32_t won = 0;
@@ -791,6 +992,7 @@ PLANC_EXPORT int init(void) {
     g_ledger = load_spot_state(*g_config);
     publish_usage();
     start_journal();
+    start_recorder();
     {
       planc::MutexLock l(g_mu);
       g_stop = false;
@@ -822,6 +1024,7 @@ PLANC_EXPORT int fini(void) {
     }
     g_cv.notify_all();
     planc::join_worker(g_worker);
+    stop_recorder();
     stop_journal();
     if (g_ledger) {
       if (auto err = planc::write_file_atomically(g_state_path, g_ledger->serialize()))
@@ -895,6 +1098,11 @@ PLANC_EXPORT void slurmctld_plugstack_p_get_config(config_plugin_params_t* p) {
         add_pair(p->key_pairs, "MarketRoundClearUsec", std::to_string(g_round_clear_usec.load()));
         add_pair(p->key_pairs, "MarketRoundUpdateUsec", std::to_string(g_round_update_usec.load()));
         add_pair(p->key_pairs, "MarketRoundTotalUsec", std::to_string(g_round_total_usec.load()));
+        add_pair(p->key_pairs, "MarketRoundsRecorded",
+                 g_market_dir.empty() ? std::string("off (JobCompType is not jobcomp/planc)")
+                                      : std::to_string(g_rounds_recorded.load()));
+        add_pair(p->key_pairs, "MarketRoundsWaiting", std::to_string(g_rounds_waiting.load()));
+        add_pair(p->key_pairs, "MarketRoundsRejected", std::to_string(g_rounds_rejected.load()));
       }
     }
     add_pair(p->key_pairs, "StarvationUpgrades", std::to_string(g_upgrades.load()));

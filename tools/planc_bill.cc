@@ -64,6 +64,13 @@ const char* kUsage =
     "            the P2 spot market as slurmctld/planc shows it (scontrol show\n"
     "            config): the floor per GPU type against the list price, the\n"
     "            vacancy behind it, the last and next round; no database\n"
+    "  market history [-S START] [-E END] [--format table|csv|json]\n"
+    "            the market's rounds (planc.market_round, public to every user):\n"
+    "            time, GPU type, GPUs offered, vacancy, floor, list and clearing\n"
+    "            price per card-hour, bids and winners; default: the last 24 h\n"
+    "  market bids [-S START] [-E END] [-u USER] [-A ACCOUNT] [--format ...]\n"
+    "            the bids in those rounds you may see (your own; a coordinator's\n"
+    "            accounts'; an admin all): job, bid, GPUs, outcome, price paid\n"
     "  columns   [--format ...]\n"
     "            planc.bill's columns as this release writes and reads them\n"
     "            (what the migrations in sql/ must have created)\n"
@@ -646,6 +653,67 @@ int cmd_market(const Options& o, const std::string& as_user, const std::string& 
   return 0;
 }
 
+// The recorded rounds (sql/0006), newest first.  Rounds are public; bids
+// are read through row-level security like bills.  Prices are micro-units
+// per card-hour in the tables, shown in whole currency with two decimals.
+constexpr const char* kPrice = "to_char(%s / 1000000.0, 'FM999999990.00')";
+
+std::string price_sql(const char* column) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, kPrice, column);
+  return buf;
+}
+
+void market_window(const Options& o, int64_t* start, int64_t* end) {
+  *end = o.end ? o.end : time(nullptr);
+  *start = o.start ? o.start : *end - 24 * 3600;
+}
+
+int cmd_market_history(planc::BillStore& store, const Options& o) {
+  int64_t start, end;
+  market_window(o, &start, &end);
+  std::string sql =
+      "SELECT to_char(round_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), gpu_type, "
+      "capacity_gpus::text, coalesce(to_char(vacancy_permille / 10.0, 'FM990.0') || '%', ''), " +
+      price_sql("floor_micros") + ", " + price_sql("list_micros") + ", " +
+      price_sql("clearing_micros") +
+      ", bids::text, winners::text FROM planc.market_round"
+      " WHERE round_at >= to_timestamp($1::bigint) AND round_at <= to_timestamp($2::bigint)"
+      " ORDER BY round_at DESC, gpu_type";
+  auto r = store.rows(sql, {std::to_string(start), std::to_string(end)});
+  if (!r.ok()) die(r.error() + " (the market's records need migration 0006: run planc-migrate)");
+  print({"Round", "GPUType", "OfferedGPUs", "Vacancy", "Floor", "List", "Clearing", "Bids",
+         "Winners"},
+        {false, false, true, false, true, true, true, true, true}, r.value(), o.format);
+  return 0;
+}
+
+int cmd_market_bids(planc::BillStore& store, const Options& o) {
+  int64_t start, end;
+  market_window(o, &start, &end);
+  std::vector<std::string> params = {std::to_string(start), std::to_string(end)};
+  std::string sql =
+      "SELECT to_char(round_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+      "job_id::text, user_name, account, coalesce(" +
+      price_sql("bid_micros") + ", 'list'), gpus::text, outcome, " + price_sql("pays_micros") +
+      " FROM planc.market_bid"
+      " WHERE round_at >= to_timestamp($1::bigint) AND round_at <= to_timestamp($2::bigint)";
+  if (!o.users.empty()) {
+    params.push_back(planc::pg_text_array(o.users));
+    sql += " AND user_name = ANY($" + std::to_string(params.size()) + "::text[])";
+  }
+  if (!o.accounts.empty()) {
+    params.push_back(planc::pg_text_array(o.accounts));
+    sql += " AND account = ANY($" + std::to_string(params.size()) + "::text[])";
+  }
+  sql += " ORDER BY round_at DESC, job_id";
+  auto r = store.rows(sql, params);
+  if (!r.ok()) die(r.error() + " (the market's records need migration 0006: run planc-migrate)");
+  print({"Round", "JobID", "User", "Account", "Bid", "GPUs", "Outcome", "Pays"},
+        {false, true, false, false, true, true, false, true}, r.value(), o.format);
+  return 0;
+}
+
 // slurmctld fills in a job's user name lazily: a journal record may carry
 // only the uid.
 std::string user_name_of(uint32_t uid, const std::string& recorded) {
@@ -835,6 +903,10 @@ int main(int argc, char** argv) {
     first = 3;
   }
   std::string cmd = argv[first];
+  // Subcommands of market: history, bids.
+  if (cmd == "market" && argc > first + 1 &&
+      (!std::strcmp(argv[first + 1], "history") || !std::strcmp(argv[first + 1], "bids")))
+    cmd = std::string("market ") + argv[++first];
   Options o = parse_options(argc - first, argv + first);
   if (!db_early.empty()) o.db = db_early;
   if (cmd == "columns") return cmd_columns(o);
@@ -856,6 +928,8 @@ int main(int argc, char** argv) {
   if (cmd == "measure") return cmd_measure(store, o);
   if (cmd == "reconcile") return cmd_reconcile(store, o);
   if (cmd == "sync-roles") return cmd_sync_roles(store, o);
+  if (cmd == "market history") return cmd_market_history(store, o);
+  if (cmd == "market bids") return cmd_market_bids(store, o);
   std::cerr << "planc-bill: unknown command '" << cmd << "'\n" << kUsage;
   return 2;
 }

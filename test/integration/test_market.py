@@ -240,6 +240,87 @@ def test_three_bids_for_room_for_two(market):
     assert js["expected_interruption"] == {"window_hours": 24, "p2_runs": int(runs),
                                            "preempted": int(preempted),
                                            "mean_run_hours": hours}, js
+    check_round_records(c, round_["MarketLastRound"], bids)
+
+
+def check_round_records(c, at, bids):
+    """The round in which 15 and 12 won (at `at`), as PostgreSQL has it
+    (sql/0006, stored by slurmctld/planc's recorder), and its bids: public
+    summaries for everyone, the bids for their owner only."""
+    from test_billing import psql
+    row = c.wait_for("the round's record in PostgreSQL", lambda: (lambda r: r[0] if r else None)(
+        psql(c, "SELECT capacity_gpus, allocated_gpus, floor_micros, list_micros, "
+             "clearing_micros, bids, winners FROM planc.market_round "
+             "WHERE round_at = :'p0'::timestamptz AND gpu_type = 'default'", at)), timeout=30)
+    assert row == ["16", "16", "6000000", "20000000", "9000000", "3", "2"], row
+    got = psql(c, "SELECT job_id, user_name, account, bid_micros, gpus, outcome, pays_micros "
+               "FROM planc.market_bid WHERE round_at = :'p0'::timestamptz ORDER BY job_id", at)
+    assert sorted(got) == sorted([
+        [bids[15], "pcbob", "acct-spot", "15000000", "8", "won", "9000000"],
+        [bids[12], "pcbob", "acct-spot", "12000000", "8", "won", "9000000"],
+        [bids[9], "pcbob", "acct-spot", "9000000", "8", "no room", "0"]]), got
+    # The later round that took 9 alone, at the floor.
+    won9 = psql(c, "SELECT r.clearing_micros, b.pays_micros FROM planc.market_bid b "
+                "JOIN planc.market_round r USING (cluster, round_at, gpu_type) "
+                "WHERE b.job_id = :'p0' AND b.outcome = 'won'", bids[9])
+    assert won9 == [["6000000", "6000000"]], won9
+    # What users see: every round (public), their own bids only (RLS).
+    hist = json.loads(c.run(BILL_TOOL, "market", "history", "--format", "json", user="pcalice",
+                            check=True).stdout)
+    mine = [h for h in hist if h["Round"] == at]
+    assert mine == [{"Round": at, "GPUType": "default", "OfferedGPUs": 16, "Vacancy": mine[0]["Vacancy"],
+                     "Floor": 6.00, "List": 20.00, "Clearing": 9.00, "Bids": 3, "Winners": 2}], mine
+    table = c.run(BILL_TOOL, "market", "history", user="pcbob", check=True).stdout
+    assert table.startswith("Round                GPUType OfferedGPUs Vacancy Floor  List "
+                            "Clearing Bids Winners\n"), table
+    own = json.loads(c.run(BILL_TOOL, "market", "bids", "--format", "json", user="pcbob",
+                           check=True).stdout)
+    round_bids = sorted((b["JobID"], b["Bid"], b["Outcome"], b["Pays"]) for b in own
+                        if b["Round"] == at)
+    assert round_bids == sorted([(int(bids[15]), 15.00, "won", 9.00),
+                                 (int(bids[12]), 12.00, "won", 9.00),
+                                 (int(bids[9]), 9.00, "no room", 0.00)]), own
+    other = json.loads(c.run(BILL_TOOL, "market", "bids", "--format", "json", user="pcalice",
+                             check=True).stdout)
+    assert not [b for b in other if str(b["JobID"]) in bids.values()], other
+    # Nothing waits or was set aside.
+    m = market_config(c)
+    assert m["MarketRoundsWaiting"] == "0" and m["MarketRoundsRejected"] == "0", m
+    assert int(m["MarketRoundsRecorded"]) >= 2, m
+
+
+def test_rounds_wait_while_postgresql_is_down_and_none_is_lost(market):
+    """PostgreSQL stopped: every round's record waits as a file in
+    StateSaveLocation/planc_market/ (MarketRoundsWaiting counts them); it
+    starts again: each is stored once, and the files are gone."""
+    from test_billing import pg_ctl, psql
+    c = market
+    c.cancel_all()
+    c.reload_planc_conf(["Market=yes", "MarketInterval=2s"])
+    spool = os.path.join(c.dir, "state", "ctld", "planc_market")
+    c.wait_for("the recorder to have caught up", lambda: market_config(c).get(
+        "MarketRoundsWaiting") == "0", timeout=30)
+    pg_ctl(c, "stop")
+    try:
+        m = c.wait_for("three rounds waiting", lambda: (lambda m: m if int(m.get(
+            "MarketRoundsWaiting", "0")) >= 3 else None)(market_config(c)), timeout=60)
+        waiting = sorted(n for n in os.listdir(spool) if n.endswith(".rec"))
+        assert len(waiting) >= 3, (waiting, m)
+        assert oct(os.stat(spool).st_mode & 0o777) == "0o700"
+    finally:
+        up = c.ctl("up", check=False, timeout=300)  # starts PostgreSQL again
+        assert up.returncode == 0, up.stdout + up.stderr
+    # Each file's round (round-<epoch>-default.rec) is in the table, once.
+    epochs = [n.split("-")[1] for n in waiting]
+    c.wait_for("the waiting rounds to be stored", lambda: not [
+        n for n in waiting if os.path.exists(os.path.join(spool, n))], timeout=120)
+    rows = psql(c, "SELECT extract(epoch FROM round_at)::bigint, count(*) FROM planc.market_round "
+                "WHERE extract(epoch FROM round_at)::bigint = ANY(string_to_array(:'p0', ',')"
+                "::bigint[]) GROUP BY 1 ORDER BY 1", ",".join(epochs))
+    assert rows == [[e, "1"] for e in sorted(epochs, key=int)], rows
+    m = market_config(c)
+    assert m["MarketRoundsRejected"] == "0", m
+    assert not [n for n in os.listdir(spool) if n.endswith(".rejected")]
 
 
 def floor_now(c):
