@@ -322,6 +322,16 @@ std::string market_mark_waiting(std::optional<Micros> bid, const std::string& cu
          format_utc(next_round);
 }
 
+std::optional<std::string> market_release_refusal(std::string_view admin_comment, uint32_t job_id,
+                                                  uint32_t interval) {
+  auto mark = read_market_mark(admin_comment);
+  if (!mark || mark->matched || mark->locked) return std::nullopt;
+  return "JobId=" + std::to_string(job_id) +
+         " bids in the P2 market: the round it wins releases it (" + round_cadence(interval) +
+         "); it cannot be released by hand.  To run it outside the market, cancel it and submit "
+         "it to another tier";
+}
+
 std::string round_cadence(uint32_t interval) {
   if (interval && interval % 60 == 0 && 3600 % interval == 0 && interval < 3600) {
     std::string at;

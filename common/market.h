@@ -189,6 +189,12 @@ struct MarketMark {
   std::optional<Micros> locked;   // --lock-price: the floor at booking
 };
 std::optional<MarketMark> read_market_mark(std::string_view admin_comment);
+// A job's owner releasing it by hand (scontrol release) while it bids in
+// the market would run it outside every round, at the fixed P2 price: the
+// refusal's text when `admin_comment` has a bid not matched yet (not a
+// locked booking, which is not held), none otherwise.
+std::optional<std::string> market_release_refusal(std::string_view admin_comment, uint32_t job_id,
+                                                  uint32_t interval_seconds);
 std::string market_mark_locked(Micros price, const std::string& currency, time_t booked_at);
 std::string market_mark_waiting(std::optional<Micros> bid, const std::string& currency,
                                 time_t next_round);

@@ -47,6 +47,7 @@ enum class SubmitError {
   kWrongPartition,
   kFreeAttempt,  // a user may not change the tier of a free attempt
   kSpotCap,      // the account's daily spot cap is reached
+  kMarketHeld,   // a bid in the P2 market released by hand
 };
 
 struct SubmitDecision {

@@ -96,6 +96,7 @@ int refuse(const planc::SubmitDecision& d, char** err_msg) {
     case planc::SubmitError::kSpotCap:
       return ESLURM_ACCOUNTING_POLICY;
     case planc::SubmitError::kFreeAttempt:
+    case planc::SubmitError::kMarketHeld:
       return ESLURM_ACCESS_DENIED;
     default:
       return ESLURM_INVALID_QOS;
@@ -304,6 +305,19 @@ PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr, uin
   try {
     const auto snapshot = config();
     const planc::PlancConfig& cfg = *snapshot;
+    if (cfg.market.enabled) {
+      if (auto comment = planc::slurm::owner_release_comment(job_desc, job_ptr, submit_uid)) {
+        if (auto why = planc::market_release_refusal(*comment, job_ptr->job_id,
+                                                     cfg.market.interval_seconds)) {
+          info("%s: release of %pJ by uid %u refused: %s", plugin_type, job_ptr, submit_uid,
+               why->c_str());
+          planc::SubmitDecision d;
+          d.error = planc::SubmitError::kMarketHeld;
+          d.message = *why;
+          return refuse(d, err_msg);
+        }
+      }
+    }
     planc::SubmitRequest req = planc::slurm::modify_request(cfg, job_desc, job_ptr, submit_uid);
     planc::SubmitDecision d = planc::decide_modify(cfg, req);
     if (!req.privileged && !req.requested_qos.empty()) check_spot_cap(cfg, req, &d);

@@ -98,6 +98,14 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
   return req;
 }
 
+std::optional<std::string> owner_release_comment(const job_desc_msg_t* desc,
+                                                 const job_record_t* job, uint32_t submit_uid) {
+  if (desc->priority != INFINITE || !IS_JOB_PENDING(job) || !job->admin_comment)
+    return std::nullopt;
+  if (validate_operator(submit_uid)) return std::nullopt;
+  return std::string(job->admin_comment);
+}
+
 MarketOptions market_options(const job_desc_msg_t* desc) {
   MarketOptions m;
   for (uint32_t i = 0; desc->spank_job_env && i < desc->spank_job_env_size; i++) {

@@ -106,6 +106,14 @@ struct MarketOptions {
   std::string gpu_type;
 };
 MarketOptions market_options(const job_desc_msg_t* desc);
+
+// An update that releases a held pending job (scontrol release sends
+// priority INFINITE) by someone who is not an operator, SlurmUser or root:
+// the job's AdminComment (it says whether the job bids in the market);
+// none for any other update.  slurmctld/planc's own releases are
+// SlurmUser's.  REQUIRES the job read lock.
+std::optional<std::string> owner_release_comment(const job_desc_msg_t* desc,
+                                                 const job_record_t* job, uint32_t submit_uid);
 // Puts the market's `mark` in a new job's AdminComment and, when `hold`,
 // holds it for the market's next round.
 void mark_for_market(const std::string& mark, bool hold, job_desc_msg_t* desc);

@@ -289,6 +289,38 @@ def check_round_records(c, at, bids):
     assert int(m["MarketRoundsRecorded"]) >= 2, m
 
 
+def test_a_bid_is_not_released_by_its_owner(market):
+    """A bid waits, held, for the round it wins.  Its owner's `scontrol
+    release` is refused (it would run outside every round, at the fixed P2
+    price) and slurmctld's log says why; an operator's release is not."""
+    import pwd
+    c = market
+    c.cancel_all()
+    # No round during the test: the first comes 10 min after the reload.
+    c.reload_planc_conf(["Market=yes", "MarketInterval=10min"])
+    j, p = c.sbatch("-A", "acct-spot", "--qos=p2-spot", "--gres=gpu:1", "--bid=15", "--wrap",
+                    "sleep 60", user="pcbob")
+    assert j, p.stderr
+    assert c.squeue_field(j, "%r") == "JobHeldUser"
+    offset = c.log_offset()
+    r = c.run("scontrol", "release", j, user="pcbob")
+    assert r.returncode != 0
+    # scontrol's own words (22.05 passes no text of the plugin's to it).
+    assert r.stderr.splitlines() == [f"Access/permission denied for job {j}",
+                                     "slurm_suspend error: Access/permission denied"], r.stderr
+    assert c.state(j) == "PENDING" and c.squeue_field(j, "%r") == "JobHeldUser"
+    uid = pwd.getpwnam("pcbob").pw_uid
+    assert (f"job_submit/planc: release of JobId={j} by uid {uid} refused: JobId={j} bids in the "
+            "P2 market: the round it wins releases it (rounds every 10 min, the next at :00, :10, "
+            ":20, :30, :40 or :50 UTC); it cannot be released by hand.  To run it outside the "
+            "market, cancel it and submit it to another tier") in c.log_since(offset)
+    # An operator (root here) may.
+    c.run("scontrol", "release", j, check=True)
+    c.wait_for("the job to be released", lambda: c.squeue_field(j, "%r") not in (
+        "JobHeldUser", "JobHeldAdmin"), timeout=30)
+    c.cancel_all()
+
+
 def test_rounds_wait_while_postgresql_is_down_and_none_is_lost(market):
     """PostgreSQL stopped: every round's record waits as a file in
     StateSaveLocation/planc_market/ (MarketRoundsWaiting counts them); it

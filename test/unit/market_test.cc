@@ -428,5 +428,28 @@ TEST(MarketRequestTest, ABidAndALockTogetherAreRefused) {
             "takes part in no round; give one of them");
 }
 
+TEST(MarketReleaseTest, ABidNotMatchedYetIsNotReleasedByHand) {
+  const std::string waiting = market_mark_waiting(15 * U, "CNY", 1000);
+  auto why = market_release_refusal(waiting, 42, 900);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why,
+            "JobId=42 bids in the P2 market: the round it wins releases it (rounds every 15 min, "
+            "the next at :00, :15, :30 or :45 UTC); it cannot be released by hand.  To run it "
+            "outside the market, cancel it and submit it to another tier");
+  // The same job after a lost round (its mark says so): still refused.
+  MarketRound r = clear_market({bid(42, 8, 9 * U)}, 0, 6 * U, 20 * U);
+  std::string lost = market_mark_result(r.results[0], 9 * U, r, "CNY", 1000, 900);
+  EXPECT_TRUE(market_release_refusal(lost, 42, 900).has_value()) << lost;
+  // Matched, a locked booking, or no market mark: not the market's hold.
+  MarketRound won = clear_market({bid(42, 8, 9 * U)}, 8, 6 * U, 20 * U);
+  EXPECT_FALSE(market_release_refusal(
+                   market_mark_result(won.results[0], 9 * U, won, "CNY", 1000, 900), 42, 900)
+                   .has_value());
+  EXPECT_FALSE(
+      market_release_refusal(market_mark_locked(10 * U, "CNY", 1000), 42, 900).has_value());
+  EXPECT_FALSE(market_release_refusal("held by the admin", 42, 900).has_value());
+  EXPECT_FALSE(market_release_refusal("", 42, 900).has_value());
+}
+
 }  // namespace
 }  // namespace planc
