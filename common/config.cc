@@ -96,7 +96,9 @@ class Parser {
       if (auto err = tokenize(line, &pairs)) return fail(*err);
       if (pairs.empty()) continue;
       if (!seen_in_line(pairs)) return Result<PlancConfig>::failure(error_);
-      bool ok = iequals(pairs[0].key, "Tier") ? tier_line(pairs) : global_line(pairs);
+      bool ok = iequals(pairs[0].key, "Tier")   ? tier_line(pairs)
+                : iequals(pairs[0].key, "Pool") ? pool_line(pairs)
+                                                : global_line(pairs);
       if (!ok) return Result<PlancConfig>::failure(error_);
       if (nl == text.size()) break;
     }
@@ -107,6 +109,7 @@ class Parser {
       if (!line_) line_ = *std::max_element(tier_seen_.begin(), tier_seen_.end());
       return fail("key '" + problem->key + "': " + problem->message);
     }
+    if (!check_infusion()) return Result<PlancConfig>::failure(error_);
     for (const auto& [type, price] : cfg_.prices.card_hour) {
       if (price < cfg_.prices.card_hour_floor) {
         auto cp = global_seen_.find("cardhourprice");
@@ -212,7 +215,8 @@ class Parser {
       const Key* key = find_key(kGlobalKeys, p.key);
       if (!key)
         return bad(p, "unknown key (valid keys: " + key_names(kGlobalKeys) +
-                          "; and Tier lines with " + key_names(kTierKeys) + ")");
+                          "; and Tier lines with " + key_names(kTierKeys) +
+                          "; and Pool lines with " + key_names(kPoolKeys) + ")");
       if (!(this->*key->set)(p)) return false;
     }
     return true;
@@ -337,6 +341,117 @@ class Parser {
     return true;
   }
   bool set_shards(const Pair& p) { return uint_value(p, 1, 1000000, &cfg_.prices.shards_per_card); }
+
+  // --- capacity infusion -------------------------------------------------------
+  bool set_infusion(const Pair& p) { return bool_value(p, &cfg_.infusion.enabled); }
+  // An idle share: 0 < share < 1, e.g. 0.05 (kept in per mille).
+  bool share_value(const Pair& p, uint32_t* out) {
+    auto m = parse_decimal_micros(p.value);
+    if (!m || *m <= 0 || *m >= kMicrosPerUnit || *m % 1000)
+      return bad(p, "'" + p.value +
+                        "' is not a share of the GPUs above 0 and below 1, in steps of 0.001 "
+                        "(e.g. 0.05 for 5%)");
+    *out = static_cast<uint32_t>(*m / 1000);
+    return true;
+  }
+  bool set_idle_p1(const Pair& p) {
+    return share_value(p, &cfg_.infusion.settings.p1_idle_permille);
+  }
+  bool set_idle_p3(const Pair& p) {
+    return share_value(p, &cfg_.infusion.settings.p3_idle_permille);
+  }
+  bool set_idle_market(const Pair& p) {
+    return share_value(p, &cfg_.infusion.settings.market_idle_permille);
+  }
+  bool set_hysteresis(const Pair& p) {
+    return share_value(p, &cfg_.infusion.settings.hysteresis_permille);
+  }
+  bool set_cooldown(const Pair& p) {
+    return duration_value(p, 1, 86400, &cfg_.infusion.settings.cooldown_seconds);
+  }
+  bool set_max_per_hour(const Pair& p) {
+    return uint_value(p, 1, 3600, &cfg_.infusion.settings.max_ops_per_hour);
+  }
+
+  bool pool_line(const std::vector<Pair>& pairs) {
+    PoolConfig pool;
+    pool.line = line_;
+    if (!name_value(pairs[0], &pool.name, false)) return false;
+    for (const PoolConfig& other : cfg_.infusion.pools)
+      if (iequals(other.name, pool.name))
+        return bad(pairs[0], "pool '" + pool.name + "' is described twice (first on line " +
+                                 std::to_string(other.line) + ")");
+    pool_ = &pool;
+    for (size_t i = 1; i < pairs.size(); ++i) {
+      const Pair& p = pairs[i];
+      const Key* key = find_key(kPoolKeys, p.key);
+      if (!key) return bad(p, "unknown key on a Pool line (valid: " + key_names(kPoolKeys) + ")");
+      if (!(this->*key->set)(p)) return false;
+    }
+    pool_ = nullptr;
+    for (const char* required : {"Tier", "Account", "User", "Script"}) {
+      bool found = false;
+      for (size_t i = 1; i < pairs.size(); ++i) found |= iequals(pairs[i].key, required);
+      if (!found)
+        return bad(pairs[0], "pool '" + pool.name + "' has no " + required +
+                                 "= (a Pool line needs Tier, Account, User and Script)");
+    }
+    if (pool.min_replicas > pool.max_replicas)
+      return bad(pairs[0], "pool '" + pool.name + "': MinReplicas " +
+                               std::to_string(pool.min_replicas) + " is above MaxReplicas " +
+                               std::to_string(pool.max_replicas));
+    cfg_.infusion.pools.push_back(std::move(pool));
+    return true;
+  }
+  bool set_pool_tier(const Pair& p) {
+    auto id = parse_tier_label(p.value);
+    if (!id || (*id != TierId::kP1 && *id != TierId::kP3))
+      return bad(p, "'" + p.value +
+                        "' is not a serving pool's tier (use P1, the guaranteed API pool, or P3, "
+                        "the spot API pool)");
+    pool_->tier = *id;
+    return true;
+  }
+  bool set_pool_account(const Pair& p) { return name_value(p, &pool_->account, false); }
+  bool set_pool_user(const Pair& p) { return name_value(p, &pool_->user, false); }
+  bool set_pool_script(const Pair& p) {
+    if (p.value.empty() || p.value[0] != '/')
+      return bad(p, "'" + p.value +
+                        "' is not an absolute path (the batch script that starts one replica, "
+                        "e.g. /etc/slurm/planc-pools/serve.sh)");
+    pool_->script = p.value;
+    return true;
+  }
+  bool set_pool_gpus(const Pair& p) { return uint_value(p, 1, 1024, &pool_->gpus_per_replica); }
+  bool set_pool_min(const Pair& p) { return uint_value(p, 0, 10000, &pool_->min_replicas); }
+  bool set_pool_max(const Pair& p) { return uint_value(p, 1, 10000, &pool_->max_replicas); }
+  bool set_pool_drain(const Pair& p) {
+    return duration_value(p, 0, 3600, &pool_->drain_grace_seconds);
+  }
+
+  // Across lines: the thresholds rise P1 < P3 < market, and the hysteresis
+  // is below the lowest (else a pool that grew would shrink at once).
+  bool check_infusion() {
+    const InfusionSettings& s = cfg_.infusion.settings;
+    // Blame the key's line when planc.conf set it, else the file.
+    auto fail_at = [&](const char* key, const std::string& msg) {
+      auto it = global_seen_.find(lower(key));
+      line_ = it == global_seen_.end() ? 0 : it->second;
+      return set_error("key '" + std::string(key) + "': " + msg);
+    };
+    const std::string rise = "the infusion thresholds must rise, InfusionIdleP1 (" +
+                             permille_text(s.p1_idle_permille) + ") < InfusionIdleP3 (" +
+                             permille_text(s.p3_idle_permille) + ") < InfusionIdleMarket (" +
+                             permille_text(s.market_idle_permille) + ")";
+    if (s.p1_idle_permille >= s.p3_idle_permille) return fail_at("InfusionIdleP3", rise);
+    if (s.p3_idle_permille >= s.market_idle_permille) return fail_at("InfusionIdleMarket", rise);
+    if (s.hysteresis_permille >= s.p1_idle_permille)
+      return fail_at("InfusionHysteresis", permille_text(s.hysteresis_permille) +
+                                               " must be below InfusionIdleP1 (" +
+                                               permille_text(s.p1_idle_permille) +
+                                               "): a pool that grew would shrink at once");
+    return true;
+  }
 
   // Card-hours per account per day, or "unlimited".
   bool spot_cap(const Pair& p, TierId tier) {
@@ -536,6 +651,19 @@ class Parser {
       {"MarketInterval", &Parser::set_market_interval},
       {"MarketMinFraction", &Parser::set_market_min},
       {"MarketFloorCurve", &Parser::set_market_curve},
+      {"Infusion", &Parser::set_infusion},
+      {"InfusionIdleP1", &Parser::set_idle_p1},
+      {"InfusionIdleP3", &Parser::set_idle_p3},
+      {"InfusionIdleMarket", &Parser::set_idle_market},
+      {"InfusionHysteresis", &Parser::set_hysteresis},
+      {"InfusionCooldown", &Parser::set_cooldown},
+      {"InfusionMaxPerHour", &Parser::set_max_per_hour},
+  };
+  static constexpr Key kPoolKeys[] = {
+      {"Tier", &Parser::set_pool_tier},           {"Account", &Parser::set_pool_account},
+      {"User", &Parser::set_pool_user},           {"Script", &Parser::set_pool_script},
+      {"GpusPerReplica", &Parser::set_pool_gpus}, {"MinReplicas", &Parser::set_pool_min},
+      {"MaxReplicas", &Parser::set_pool_max},     {"DrainGrace", &Parser::set_pool_drain},
   };
   static constexpr Key kTierKeys[] = {
       {"QOS", &Parser::set_qos},
@@ -558,7 +686,8 @@ class Parser {
   std::string error_;
   PlancConfig cfg_;
   std::map<std::string, size_t> global_seen_;
-  Tier* tier_ = nullptr;  // the Tier line being read
+  Tier* tier_ = nullptr;        // the Tier line being read
+  PoolConfig* pool_ = nullptr;  // the Pool line being read
   std::array<size_t, kTierCount> tier_seen_{};
 };
 

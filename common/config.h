@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/infusion.h"
 #include "common/result.h"
 #include "common/tier.h"
 
@@ -68,6 +69,28 @@ struct MarketConfig {
   uint32_t lock_ahead_seconds = 24 * 3600;  // --lock-price: --begin at most this far ahead
 };
 
+// Capacity infusion (policy 000, section 4; issue 16): serving pools that
+// idle GPUs grow, one Pool= line each, and the thresholds, cooldown and
+// hourly limit (common/infusion.h).  Parsed and checked; nothing acts on it
+// yet (the controller in slurmctld/planc is not built).
+struct PoolConfig {
+  std::string name;
+  TierId tier = TierId::kP1;  // P1 (guaranteed serving) or P3 (spot serving)
+  std::string account;        // the platform's own account and user the
+  std::string user;           // replicas run as
+  std::string script;         // batch script that starts one replica (absolute path)
+  uint32_t gpus_per_replica = 1;
+  uint32_t min_replicas = 0, max_replicas = 1;
+  uint32_t drain_grace_seconds = 30;  // SIGTERM to kill when the pool shrinks
+  size_t line = 0;                    // planc.conf line, for messages
+};
+
+struct InfusionConfig {
+  bool enabled = false;  // Infusion=yes
+  InfusionSettings settings;
+  std::vector<PoolConfig> pools;
+};
+
 struct PlancConfig {
   TierTable tiers = TierTable::defaults();
   // Tier for a job with no --qos whose association has no DefaultQOS.
@@ -104,6 +127,7 @@ struct PlancConfig {
   uint32_t spot_day_seconds = 86400;           // shorter only for tests
   Prices prices;
   MarketConfig market;
+  InfusionConfig infusion;
   // Where jobcomp/planc keeps its spool (common/spool.h): an absolute
   // path, or empty for <StateSaveLocation>/planc_jobcomp.  Read at start.
   std::string spool_dir;

@@ -2,7 +2,10 @@
 //
 //   planc-conf check FILE      parse FILE; print the tier table or the error,
 //                              and on stderr a warning for each of the
-//                              policy's invariants the file breaks
+//                              policy's invariants the file breaks; with
+//                              capacity infusion's pools, ask slurmdbd
+//                              (sacctmgr) that each pool's account and user
+//                              may use the pool's tier
 //   planc-conf sacctmgr FILE [--gpus N]
 //                              print sacctmgr arguments, one command a line,
 //                              that create or update the four tier QoS and,
@@ -12,9 +15,15 @@
 //   planc-conf get FILE KEY    print one setting (for scripts):
 //                              GuaranteedPartition, GuaranteedCapQOS
 // Exit status: 0 ok, 1 bad config, 2 usage.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "common/spot_cap.h"
@@ -27,6 +36,97 @@ int usage() {
                "       planc-conf sacctmgr FILE [--gpus N]\n"
                "       planc-conf get FILE GuaranteedPartition|GuaranteedCapQOS\n");
   return 2;
+}
+
+// Runs argv (no shell); its stdout, or nullopt with `why` when it could not
+// run or failed.
+std::optional<std::string> run(const std::vector<std::string>& argv, std::string* why) {
+  int fds[2];
+  if (pipe(fds) != 0) {
+    *why = "pipe failed";
+    return std::nullopt;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    *why = "fork failed";
+    return std::nullopt;
+  }
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    *why = WIFEXITED(st) && WEXITSTATUS(st) == 127
+               ? argv[0] + " not found"
+               : argv[0] + " failed (exit " + std::to_string(WEXITSTATUS(st)) + ")";
+    return std::nullopt;
+  }
+  return out;
+}
+
+// Each pool's account and user may use its tier's QoS, as slurmdbd says
+// (the association's QOS list).  Returns false when one may not; an
+// unreachable slurmdbd is a warning (not checked), not an error.
+bool check_pool_entitlements(const char* file, const planc::PlancConfig& cfg) {
+  bool ok = true;
+  for (const planc::PoolConfig& p : cfg.infusion.pools) {
+    const planc::Tier& t = cfg.tiers.tier(p.tier);
+    std::string why;
+    auto out = run({"sacctmgr", "-n", "-P", "show", "association", "where", "account=" + p.account,
+                    "user=" + p.user, "format=QOS"},
+                   &why);
+    if (!out) {
+      std::fprintf(stderr,
+                   "planc-conf: warning: %s:%zu: pool '%s': cannot ask slurmdbd whether account %s "
+                   "(user %s) may use %s (%s): %s; not checked\n",
+                   file, p.line, p.name.c_str(), p.account.c_str(), p.user.c_str(), t.qos.c_str(),
+                   t.label.c_str(), why.c_str());
+      continue;
+    }
+    std::vector<std::string> lines;
+    std::istringstream in(*out);
+    for (std::string l; std::getline(in, l);)
+      if (!l.empty()) lines.push_back(l);
+    if (lines.empty()) {
+      std::fprintf(stderr,
+                   "planc-conf: %s:%zu: pool '%s': user %s has no association in account %s "
+                   "(sacctmgr add user %s account=%s qos=%s)\n",
+                   file, p.line, p.name.c_str(), p.user.c_str(), p.account.c_str(), p.user.c_str(),
+                   p.account.c_str(), t.qos.c_str());
+      ok = false;
+      continue;
+    }
+    bool may = false;
+    for (const std::string& l : lines) {
+      std::istringstream q(l);
+      for (std::string name; std::getline(q, name, ',');) may |= name == t.qos;
+    }
+    if (!may) {
+      std::fprintf(stderr,
+                   "planc-conf: %s:%zu: pool '%s': account %s (user %s) may not use %s (%s), the "
+                   "pool's tier: its QOS are %s (sacctmgr modify user %s account=%s set "
+                   "qos+=%s)\n",
+                   file, p.line, p.name.c_str(), p.account.c_str(), p.user.c_str(), t.qos.c_str(),
+                   t.label.c_str(), lines[0].empty() ? "none" : lines[0].c_str(), p.user.c_str(),
+                   p.account.c_str(), t.qos.c_str());
+      ok = false;
+    }
+  }
+  return ok;
 }
 
 std::string preempt_list(const planc::PlancConfig& cfg, const planc::Tier& t) {
@@ -82,6 +182,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "check") {
+    if (!check_pool_entitlements(argv[2], cfg)) return 1;
     std::printf("%s: OK\n", argv[2]);
     std::printf("%-4s %-16s %-9s %-5s %-11s %-6s %-9s %s\n", "TIER", "QOS", "PRIORITY", "GRACE",
                 "PREEMPTIBLE", "PRICE", "PREEMPTS", "ALIASES");
@@ -125,6 +226,25 @@ int main(int argc, char** argv) {
                 planc::describe_spot_cap(cfg, planc::TierId::kP2).c_str(),
                 planc::describe_spot_cap(cfg, planc::TierId::kP3).c_str(),
                 planc::describe_spot_day(cfg).c_str());
+    const planc::InfusionSettings& is = cfg.infusion.settings;
+    std::printf(
+        "Infusion=%s InfusionIdleP1=%s InfusionIdleP3=%s InfusionIdleMarket=%s "
+        "InfusionHysteresis=%s InfusionCooldown=%us InfusionMaxPerHour=%u (not acted on yet: "
+        "the controller is not built)\n",
+        cfg.infusion.enabled ? "yes" : "no", planc::permille_text(is.p1_idle_permille).c_str(),
+        planc::permille_text(is.p3_idle_permille).c_str(),
+        planc::permille_text(is.market_idle_permille).c_str(),
+        planc::permille_text(is.hysteresis_permille).c_str(), is.cooldown_seconds,
+        is.max_ops_per_hour);
+    if (!cfg.infusion.pools.empty()) {
+      std::printf("%-16s %-4s %-16s %-12s %-4s %-3s %-3s %-5s %s\n", "POOL", "TIER", "ACCOUNT",
+                  "USER", "GPUS", "MIN", "MAX", "DRAIN", "SCRIPT");
+      for (const planc::PoolConfig& p : cfg.infusion.pools)
+        std::printf("%-16s %-4s %-16s %-12s %-4u %-3u %-3u %-5s %s\n", p.name.c_str(),
+                    cfg.tiers.tier(p.tier).label.c_str(), p.account.c_str(), p.user.c_str(),
+                    p.gpus_per_replica, p.min_replicas, p.max_replicas,
+                    (std::to_string(p.drain_grace_seconds) + "s").c_str(), p.script.c_str());
+    }
     return 0;
   }
   // Two passes: every QoS must exist before another's Preempt= can name it.

@@ -116,3 +116,43 @@ def test_unreadable_state_files_are_reported_not_taken_for_a_first_start(cluster
         for path in paths.values():
             for bad in glob.glob(path + ".bad-*"):
                 os.rmdir(bad)
+
+
+def test_planc_conf_check_asks_slurmdbd_whether_a_pools_account_may_use_its_tier(cluster,
+                                                                                 tmp_path):
+    """Capacity infusion's pools (issue 16): `planc-conf check` asks slurmdbd
+    that each pool's account and user may use the pool's tier, and fails
+    with what to run when one may not."""
+    from conftest import ROOT
+    tool = os.path.join(ROOT, "planc-conf")
+    example = open(os.path.join(ROOT, "etc", "planc.conf.example")).read()
+    n = example.count("\n") + 1  # the pool's line number
+
+    def check(pool):
+        path = tmp_path / "planc.conf"
+        path.write_text(example + pool + "\n")
+        return str(path), cluster.run(tool, "check", str(path))
+
+    path, ok = check("Pool=maas Tier=P1 Account=acct-api User=root "
+                     f"Script={ROOT}/etc/pools/serve.sh MaxReplicas=4 DrainGrace=20s")
+    assert ok.returncode == 0, ok.stderr
+    assert f"maas             P1   acct-api         root         1    0   4   20s   {ROOT}/etc/" \
+        "pools/serve.sh\n" in ok.stdout, ok.stdout
+    path, no = check("Pool=maas Tier=P1 Account=acct-spot User=pcbob Script=/srv/serve.sh")
+    assert no.returncode == 1
+    msg = [l for l in no.stderr.splitlines() if l.startswith("planc-conf: ")
+           and "warning" not in l]
+    assert len(msg) == 1, no.stderr
+    head = (f"planc-conf: {path}:{n}: pool 'maas': account acct-spot (user pcbob) may not use "
+            "p1-guaranteed (P1), the pool's tier: its QOS are ")
+    assert msg[0].startswith(head), msg
+    qos, _, advice = msg[0][len(head):].partition(" ")
+    assert set(qos.split(",")) == {"p2-spot", "p3-spot"}, msg
+    assert advice == ("(sacctmgr modify user pcbob account=acct-spot set "
+                      "qos+=p1-guaranteed)"), msg
+    assert f"{path}: OK" not in no.stdout
+    path, none = check("Pool=maas Tier=P3 Account=acct-api User=pcbob Script=/srv/serve.sh")
+    assert none.returncode == 1
+    assert (f"planc-conf: {path}:{n}: pool 'maas': user pcbob has no association in account "
+            "acct-api (sacctmgr add user pcbob account=acct-api qos=p3-spot)") in none.stderr, \
+        none.stderr

@@ -242,6 +242,95 @@ TEST(ConfigTest, Errors) {
   }
 }
 
+// Capacity infusion's pools and settings (issue 16): parsed and checked.
+TEST(ConfigTest, InfusionPoolsAndSettings) {
+  auto d = parse_config("", "x").value();
+  EXPECT_FALSE(d.infusion.enabled);
+  EXPECT_TRUE(d.infusion.pools.empty());
+  EXPECT_EQ(d.infusion.settings.p1_idle_permille, 50u);  // the policy's 5%, 15%, 30%
+  EXPECT_EQ(d.infusion.settings.p3_idle_permille, 150u);
+  EXPECT_EQ(d.infusion.settings.market_idle_permille, 300u);
+  EXPECT_EQ(d.infusion.settings.cooldown_seconds, 300u);  // 5 min
+  EXPECT_EQ(d.infusion.settings.max_ops_per_hour, 4u);
+  auto r = parse_config(
+      "Infusion=yes\nInfusionIdleP1=0.1\nInfusionIdleP3=0.2\nInfusionIdleMarket=0.4\n"
+      "InfusionHysteresis=0.05\nInfusionCooldown=10s\nInfusionMaxPerHour=6\n"
+      "Pool=maas-p1 Tier=P1 Account=acct-maas User=maas Script=/etc/slurm/serve.sh "
+      "GpusPerReplica=2 MinReplicas=1 MaxReplicas=8 DrainGrace=20s\n"
+      "pool=maas-p3 tier=p3 account=acct-maas user=maas script=/x/serve.sh\n",
+      "planc.conf");
+  ASSERT_TRUE(r.ok()) << r.error();
+  const InfusionConfig& i = r.value().infusion;
+  EXPECT_TRUE(i.enabled);
+  EXPECT_EQ(i.settings.p1_idle_permille, 100u);
+  EXPECT_EQ(i.settings.p3_idle_permille, 200u);
+  EXPECT_EQ(i.settings.market_idle_permille, 400u);
+  EXPECT_EQ(i.settings.hysteresis_permille, 50u);
+  EXPECT_EQ(i.settings.cooldown_seconds, 10u);
+  EXPECT_EQ(i.settings.max_ops_per_hour, 6u);
+  ASSERT_EQ(i.pools.size(), 2u);
+  EXPECT_EQ(i.pools[0].name, "maas-p1");
+  EXPECT_EQ(i.pools[0].tier, TierId::kP1);
+  EXPECT_EQ(i.pools[0].account, "acct-maas");
+  EXPECT_EQ(i.pools[0].user, "maas");
+  EXPECT_EQ(i.pools[0].script, "/etc/slurm/serve.sh");
+  EXPECT_EQ(i.pools[0].gpus_per_replica, 2u);
+  EXPECT_EQ(i.pools[0].min_replicas, 1u);
+  EXPECT_EQ(i.pools[0].max_replicas, 8u);
+  EXPECT_EQ(i.pools[0].drain_grace_seconds, 20u);
+  EXPECT_EQ(i.pools[0].line, 8u);
+  EXPECT_EQ(i.pools[1].tier, TierId::kP3);  // keys case-insensitive, defaults below
+  EXPECT_EQ(i.pools[1].gpus_per_replica, 1u);
+  EXPECT_EQ(i.pools[1].max_replicas, 1u);
+  EXPECT_EQ(i.pools[1].drain_grace_seconds, 30u);
+
+  struct Case {
+    const char* text;
+    const char* error;  // exactly
+  };
+  const char* pool = "Pool=p Tier=P1 Account=a User=u Script=/s";
+  const Case cases[] = {
+      {"Pool=p Tier=P2 Account=a User=u Script=/s",
+       "f.conf:1: key 'Tier': 'P2' is not a serving pool's tier (use P1, the guaranteed API "
+       "pool, or P3, the spot API pool)"},
+      {"Pool=p Tier=P1 Account=a User=u",
+       "f.conf:1: key 'Pool': pool 'p' has no Script= (a Pool line needs Tier, Account, User and "
+       "Script)"},
+      {"Pool=p Tier=P1 Account=a User=u Script=serve.sh",
+       "f.conf:1: key 'Script': 'serve.sh' is not an absolute path (the batch script that "
+       "starts one replica, e.g. /etc/slurm/planc-pools/serve.sh)"},
+      {"Pool=p Tier=P1 Account=a User=u Script=/s MinReplicas=3 MaxReplicas=2",
+       "f.conf:1: key 'Pool': pool 'p': MinReplicas 3 is above MaxReplicas 2"},
+      {"Pool=p Tier=P1 Account=a User=u Script=/s Colour=red",
+       "f.conf:1: key 'Colour': unknown key on a Pool line (valid: Tier, Account, User, Script, "
+       "GpusPerReplica, MinReplicas, MaxReplicas, DrainGrace)"},
+      {"Pool=p Tier=P1 Account=a User=u Script=/s\nPool=P Tier=P3 Account=a User=u Script=/s",
+       "f.conf:2: key 'Pool': pool 'P' is described twice (first on line 1)"},
+      {"InfusionIdleP1=5%",
+       "f.conf:1: key 'InfusionIdleP1': '5%' is not a share of the GPUs above 0 and below 1, in "
+       "steps of 0.001 (e.g. 0.05 for 5%)"},
+      {"InfusionIdleP3=0.04",
+       "f.conf:1: key 'InfusionIdleP3': the infusion thresholds must rise, InfusionIdleP1 (0.05) "
+       "< InfusionIdleP3 (0.04) < InfusionIdleMarket (0.30)"},
+      {"\nInfusionIdleMarket=0.15",
+       "f.conf:2: key 'InfusionIdleMarket': the infusion thresholds must rise, InfusionIdleP1 "
+       "(0.05) < InfusionIdleP3 (0.15) < InfusionIdleMarket (0.15)"},
+      {"InfusionHysteresis=0.05",
+       "f.conf:1: key 'InfusionHysteresis': 0.05 must be below InfusionIdleP1 (0.05): a pool "
+       "that grew would shrink at once"},
+      {"InfusionCooldown=soon", nullptr},
+      {"InfusionMaxPerHour=0", nullptr},
+  };
+  for (const Case& c : cases) {
+    auto e = parse_config(c.text, "f.conf");
+    ASSERT_FALSE(e.ok()) << c.text;
+    if (c.error) {
+      EXPECT_EQ(e.error(), c.error) << c.text;
+    }
+  }
+  EXPECT_TRUE(parse_config(pool, "f.conf").ok());
+}
+
 TEST(ConfigTest, MissingFileIsAnError) {
   auto r = load_config("/nonexistent/planc.conf");
   ASSERT_FALSE(r.ok());
