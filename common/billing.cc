@@ -20,10 +20,7 @@ int64_t round_half_up(i128 num, i128 den) {
   return static_cast<int64_t>((2 * num + den) / (2 * den));
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+std::string lower(std::string_view s) { return ascii_lower(s); }
 
 Micros card_price(const PlancConfig& cfg, const std::string& type) {
   auto it = cfg.prices.card_hour.find(lower(type));

@@ -12,18 +12,21 @@
 #include "common/market.h"
 
 namespace planc {
+
+std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 namespace {
+
+std::string lower(std::string_view s) { return ascii_lower(s); }
 
 struct Pair {
   std::string key;
   std::string value;
 };
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();

@@ -27,6 +27,9 @@
 
 namespace planc {
 
+// `s` with ASCII letters in lower case (GPU types, QoS names, keys).
+std::string ascii_lower(std::string_view s);
+
 // Prices are fixed-point: 1 currency unit = 1,000,000 micros, so a price of
 // 0.0125 per core-hour is exact.  Bill amounts are rounded to minor units
 // (cents) by the billing code, never held as floating point.

@@ -215,9 +215,7 @@ std::string gpu_type_of(std::string_view tres) {
     size_t b = at + 4, e = tres.find_first_of(":,=", b);
     std::string_view tok = tres.substr(b, e == tres.npos ? tres.npos : e - b);
     if (tok.empty() || tok.find_first_not_of("0123456789") == tres.npos) continue;
-    std::string out(tok);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
+    return ascii_lower(tok);
   }
   return "";
 }

@@ -55,7 +55,6 @@ Result<bool> store_market_round(BillStore& store, const std::string& cluster,
     accounts.push_back(b.account);
     outcomes.push_back(bid_outcome_word(b.outcome));
   }
-  auto opt = [](int64_t v) { return std::optional<int64_t>(v); };
   std::vector<std::string> params = {
       cluster,
       std::to_string(static_cast<int64_t>(r.at)),
@@ -68,15 +67,15 @@ Result<bool> store_market_round(BillStore& store, const std::string& cluster,
       std::to_string(r.clearing),
       std::to_string(r.bids.size()),
       std::to_string(winners),
-      int_array(r.bids, [&](const B& b) { return opt(b.job_id); }),
+      int_array(r.bids, [](const B& b) { return std::optional<int64_t>(b.job_id); }),
       pg_text_array(users),
       pg_text_array(accounts),
       int_array(r.bids,
                 [](const B& b) { return b.bid ? std::optional<int64_t>(*b.bid) : std::nullopt; }),
-      int_array(r.bids, [&](const B& b) { return opt(b.gpus); }),
-      int_array(r.bids, [&](const B& b) { return opt(static_cast<int64_t>(b.submitted)); }),
+      int_array(r.bids, [](const B& b) { return std::optional<int64_t>(b.gpus); }),
+      int_array(r.bids, [](const B& b) { return std::optional<int64_t>(b.submitted); }),
       pg_text_array(outcomes),
-      int_array(r.bids, [&](const B& b) { return opt(b.pays); }),
+      int_array(r.bids, [](const B& b) { return std::optional<int64_t>(b.pays); }),
   };
   auto rows = store.rows(kInsert, params);
   if (!rows.ok()) return Result<bool>::failure(rows.code(), rows.error());

@@ -26,7 +26,6 @@
 // row-level security decides what that user sees.
 #include "plugins/slurm_compat.h"
 
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -172,15 +171,8 @@ uint64_t rotate(time_t* opened) {
   return old_seq;
 }
 
-std::string user_name(uint32_t uid) {
-  struct passwd pw, *res = nullptr;
-  char buf[4096];
-  if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res) return pw.pw_name;
-  return std::to_string(uid);
-}
-
 Bill price(Segment s) {
-  if (s.user.empty()) s.user = user_name(s.uid);
+  if (s.user.empty()) s.user = planc::slurm::user_name(s.uid);
   planc::make_text_valid_utf8(&s);
   return planc::price_segment(config_at(s.end_time), s);
 }
@@ -606,7 +598,7 @@ PLANC_EXPORT List jobcomp_p_get_jobs(slurmdb_job_cond_t* job_cond) {
     }
     // As the user running sacct, never as slurmctld's role: row-level
     // security in PostgreSQL decides what this user may read.
-    planc::BillStore store(conninfo, user_name(getuid()));
+    planc::BillStore store(conninfo, planc::slurm::user_name(getuid()));
     auto r = store.query(filter_of(job_cond));
     if (!r.ok()) {
       error("%s: %s (JobCompLoc='%s')", plugin_type, r.error().c_str(), conninfo.c_str());

@@ -36,6 +36,10 @@ std::shared_ptr<const PlancConfig> load_plugin_config(const char* plugin_type);
 // The planc.conf the plugins read (beside slurm.conf, or $PLANC_CONF).
 std::string planc_conf_file();
 
+// The login name of `uid` (getpwuid_r: may ask NSS, so never under a
+// slurmctld lock), or the number as text when it has none.
+std::string user_name(uint32_t uid);
+
 // The new planc.conf when it changed and is valid (see
 // plugins/config_watch.h), logged as "<plugin_type>: reloaded <file>" with
 // its policy warnings; nullptr otherwise, a bad file logged once as

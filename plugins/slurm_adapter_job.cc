@@ -4,6 +4,8 @@
 #include "plugins/slurm_adapter.h"
 #include "plugins/slurm_compat.h"
 
+#include <pwd.h>
+
 #include <algorithm>
 #include <ctime>
 
@@ -32,6 +34,13 @@ std::string run_end_state(const job_record_t* job) {
 }  // namespace
 
 std::string planc_conf_file() { return planc_conf_path(str(slurm_conf.slurm_conf)); }
+
+std::string user_name(uint32_t uid) {
+  struct passwd pw, *res = nullptr;
+  char buf[4096];
+  if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res) return pw.pw_name;
+  return std::to_string(uid);
+}
 
 namespace {
 

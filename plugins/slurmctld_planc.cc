@@ -38,14 +38,12 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -378,13 +376,15 @@ void clear_round(const planc::PlancConfig& cfg, const planc::MarketFloors& floor
   if (!g_market_dir.empty()) {
     std::vector<std::pair<std::string, std::string>> owners;
     owners.reserve(bidder.size());
+    // Names slurmctld had not filled in, resolved here outside the locks,
+    // once per uid: a round's thousands of bids come from a few users.
+    std::map<uint32_t, std::string> names;
     for (const planc::slurm::MarketJob* j : bidder) {
       std::string user = j->user;
-      if (user.empty()) {  // slurmctld had not filled it in: resolved here, outside the locks
-        struct passwd pw, *res = nullptr;
-        char buf[4096];
-        user = getpwuid_r(j->uid, &pw, buf, sizeof buf, &res) == 0 && res ? std::string(pw.pw_name)
-                                                                          : std::to_string(j->uid);
+      if (user.empty()) {
+        auto [it, added] = names.try_emplace(j->uid);
+        if (added) it->second = planc::slurm::user_name(j->uid);
+        user = it->second;
       }
       owners.emplace_back(std::move(user), j->account);
     }
@@ -963,9 +963,7 @@ PLANC_EXPORT int planc_market_floor_v1(const char* gpu_type, int64_t* floor, int
   try {
     auto f = market_floors();
     if (!f) return 0;
-    std::string type = gpu_type ? gpu_type : "";
-    for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    auto it = f->by_type.find(type);
+    auto it = f->by_type.find(planc::ascii_lower(gpu_type ? gpu_type : ""));
     *floor = it != f->by_type.end() ? it->second : f->default_floor;
     *next_round = f->next_round;
     return 1;

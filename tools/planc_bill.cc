@@ -5,7 +5,6 @@
 #include <getopt.h>
 #include <libpq-fe.h>
 #include <pwd.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -27,6 +26,7 @@
 #include "common/pg_text.h"
 #include "common/run_journal.h"
 #include "common/tres_usage.h"
+#include "tools/run_command.h"
 #include "tools/slurmdbd_runs.h"
 
 namespace {
@@ -585,34 +585,12 @@ int cmd_measure(planc::BillStore& store, const Options& o) {
 
 // --- reconcile -------------------------------------------------------------------------
 
-// Runs a command without a shell; returns its stdout.
+// Runs a command without a shell; returns its stdout (dies when it fails).
 std::string run(const std::vector<std::string>& argv) {
-  int fds[2];
-  if (pipe(fds) != 0) die("pipe failed");
-  pid_t pid = fork();
-  if (pid < 0) die("fork failed");
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    std::perror(args[0]);
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die(argv[0] + " failed (exit " + std::to_string(WEXITSTATUS(st)) + ")");
-  return out;
+  std::string why;
+  auto out = planc::tools::run_command(argv, &why);
+  if (!out) die(why);
+  return *out;
 }
 
 // --- market ----------------------------------------------------------------------

@@ -15,7 +15,6 @@
 //   planc-conf get FILE KEY    print one setting (for scripts):
 //                              GuaranteedPartition, GuaranteedCapQOS
 // Exit status: 0 ok, 1 bad config, 2 usage.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -27,6 +26,7 @@
 
 #include "common/config.h"
 #include "common/spot_cap.h"
+#include "tools/run_command.h"
 
 namespace {
 
@@ -38,46 +38,6 @@ int usage() {
   return 2;
 }
 
-// Runs argv (no shell); its stdout, or nullopt with `why` when it could not
-// run or failed.
-std::optional<std::string> run(const std::vector<std::string>& argv, std::string* why) {
-  int fds[2];
-  if (pipe(fds) != 0) {
-    *why = "pipe failed";
-    return std::nullopt;
-  }
-  pid_t pid = fork();
-  if (pid < 0) {
-    *why = "fork failed";
-    return std::nullopt;
-  }
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    *why = WIFEXITED(st) && WEXITSTATUS(st) == 127
-               ? argv[0] + " not found"
-               : argv[0] + " failed (exit " + std::to_string(WEXITSTATUS(st)) + ")";
-    return std::nullopt;
-  }
-  return out;
-}
-
 // Each pool's account and user may use its tier's QoS, as slurmdbd says
 // (the association's QOS list).  Returns false when one may not; an
 // unreachable slurmdbd is a warning (not checked), not an error.
@@ -86,9 +46,9 @@ bool check_pool_entitlements(const char* file, const planc::PlancConfig& cfg) {
   for (const planc::PoolConfig& p : cfg.infusion.pools) {
     const planc::Tier& t = cfg.tiers.tier(p.tier);
     std::string why;
-    auto out = run({"sacctmgr", "-n", "-P", "show", "association", "where", "account=" + p.account,
-                    "user=" + p.user, "format=QOS"},
-                   &why);
+    auto out = planc::tools::run_command({"sacctmgr", "-n", "-P", "show", "association", "where",
+                                          "account=" + p.account, "user=" + p.user, "format=QOS"},
+                                         &why);
     if (!out) {
       std::fprintf(stderr,
                    "planc-conf: warning: %s:%zu: pool '%s': cannot ask slurmdbd whether account %s "
