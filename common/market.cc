@@ -209,6 +209,45 @@ MarketRound clear_market(const std::vector<MarketBid>& bids, uint32_t capacity, 
   return r;
 }
 
+std::vector<TypedRound> clear_markets(const std::vector<MarketBid>& bids, const MarketOffer& offer,
+                                      const MarketFloors& floors, const Prices& prices) {
+  // Bid indices per market; "" is the default market.
+  std::map<std::string, std::vector<uint32_t>> by_market;
+  for (const auto& [type, free] : offer.by_type) by_market[type];
+  for (uint32_t i = 0; i < bids.size(); i++) by_market[bids[i].gpu_type].push_back(i);
+  auto clamp = [](int64_t v) {
+    return static_cast<uint32_t>(std::clamp<int64_t>(v, 0, UINT32_MAX));
+  };
+  std::vector<TypedRound> out;
+  int64_t left = offer.total;
+  auto clear_one = [&](const std::string& type, const std::vector<uint32_t>& members,
+                       int64_t capacity) {
+    std::vector<MarketBid> sub;
+    sub.reserve(members.size());
+    for (uint32_t i : members) sub.push_back(bids[i]);
+    const auto floor_it = floors.by_type.find(type);
+    const auto list_it = prices.card_hour.find(type);
+    TypedRound t;
+    t.gpu_type = type.empty() ? "default" : type;
+    t.round = clear_market(
+        sub, clamp(std::min(capacity, left)),
+        floor_it != floors.by_type.end() ? floor_it->second : floors.default_floor,
+        list_it != prices.card_hour.end() ? list_it->second : prices.default_card_hour);
+    for (BidResult& r : t.round.results) r.index = members[r.index];
+    left -= t.round.allocated;
+    out.push_back(std::move(t));
+  };
+  for (const auto& [type, members] : by_market) {
+    if (type.empty()) continue;
+    auto free = offer.by_type.find(type);
+    clear_one(type, members, free != offer.by_type.end() ? free->second : 0);
+  }
+  auto untyped = by_market.find("");
+  if (untyped != by_market.end() || out.empty())
+    clear_one("", untyped != by_market.end() ? untyped->second : std::vector<uint32_t>{}, left);
+  return out;
+}
+
 std::string gpu_type_of(std::string_view tres) {
   for (size_t at = tres.find("gpu:"); at != tres.npos; at = tres.find("gpu:", at + 1)) {
     if (at > 0 && tres[at - 1] != ':' && tres[at - 1] != '/') continue;

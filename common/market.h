@@ -107,6 +107,7 @@ struct MarketBid {
   std::optional<Micros> bid;     // per card-hour; none: bids the list price
   std::optional<Micros> locked;  // --lock-price: pays this
   time_t submitted = 0;
+  std::string gpu_type;  // the type it asks for (gpu_type_of), "" for none
 };
 
 enum class BidOutcome : uint8_t {
@@ -136,6 +137,33 @@ struct MarketRound {
 
 MarketRound clear_market(const std::vector<MarketBid>& bids, uint32_t capacity, Micros floor,
                          Micros list);
+
+// One market per GPU type.  A bid that names a type ("--gres=gpu:h800:8")
+// bids in that type's market, at that type's floor and list price, for the
+// GPUs of that type; a bid naming none bids in the "default" market, at
+// the default floor and list price, for whatever GPUs are left once the
+// typed markets have cleared (it may run on any type).  A node counts as
+// of a type when every GPU it has is of that type (gres.conf Type=), which
+// is how GPU clusters are built; GPUs of nodes with mixed or no types are
+// offered only to the default market.  The vacancy that moves the floors
+// is the whole pool's.  On a cluster without GPU types there is one
+// market, "default", as before.
+struct MarketOffer {
+  // GPUs of each type on nodes of one type, less what guaranteed and P2
+  // jobs hold there and what matched or locked jobs asking for the type
+  // set aside (may be negative: clamped to 0 when cleared).
+  std::map<std::string, int64_t> by_type;
+  int64_t total = 0;  // every GPU free for P2, typed or not, the same way
+};
+struct TypedRound {
+  std::string gpu_type;  // lower-case, or "default"
+  MarketRound round;     // results[].index: in clear_markets' `bids`
+};
+// Typed markets in name order, then "default" (only when it has bids or
+// there is no typed market).  Floors from `floors` (the default floor for
+// a type without a price of its own), lists from CardHourPrice.
+std::vector<TypedRound> clear_markets(const std::vector<MarketBid>& bids, const MarketOffer& offer,
+                                      const MarketFloors& floors, const Prices& prices);
 
 // The GPU type a job's TRES request names ("gres:gpu:h800:8",
 // "gres/gpu:h800=8", lower-cased), or "" when it names none.

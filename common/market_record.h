@@ -39,7 +39,7 @@ struct MarketBidRecord {
 
 struct MarketRoundRecord {
   time_t at = 0;                             // the round's time (the floor's update)
-  std::string gpu_type = "default";          // the market's GPU type (one market today)
+  std::string gpu_type = "default";          // the market's GPU type (clear_markets)
   uint32_t capacity = 0;                     // GPUs offered to P2
   uint32_t allocated = 0;                    // GPUs the winners take
   std::optional<uint32_t> vacancy_permille;  // over the interval; none: unknown

@@ -184,6 +184,10 @@ struct PoolUsage {
   uint64_t pool_gpus = 0;  // GPUs the nodes have (gres/gpu TRES), up or not
   std::array<uint64_t, kTierCount> allocated_gpus{};
   std::array<uint64_t, kTierCount> running_jobs{};
+  // GPUs on nodes whose GPUs are all of one type (gres.conf Type=), per
+  // type, and of those what guaranteed (P0, P1) and P2 jobs hold: the
+  // typed P2 markets' offer (common/market.h, clear_markets).
+  std::map<std::string, uint64_t> typed_gpus, typed_held;
   uint64_t allocated_total() const;
 };
 

@@ -301,8 +301,49 @@ const char* held_back_reason(const job_record_t* job) {
 
 namespace {
 
+// The one GPU type every GPU of the node is of (gres.conf Type=,
+// lower-case), or "" when its GPUs have no type or several.  REQUIRES the
+// node read lock.
+std::string node_gpu_type(const node_record_t* node) {
+  if (!node || !node->gres_list) return "";
+  std::string type;
+  ListIterator it = list_iterator_create(node->gres_list);
+  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
+    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0) continue;
+    const auto* d = static_cast<const gres_node_state_t*>(g->gres_data);
+    if (d && d->type_cnt == 1 && d->type_name && d->type_name[0] && d->type_cnt_avail &&
+        d->type_cnt_avail[0] == d->gres_cnt_avail)
+      type = ascii_lower(d->type_name[0]);
+    break;
+  }
+  list_iterator_destroy(it);
+  return type;
+}
+
+// The GPUs a running job holds on nodes of one type, per type.  REQUIRES
+// the job and node read locks.
+void add_typed_gpus(const job_record_t* job, const std::vector<std::string>& node_types,
+                    std::map<std::string, uint64_t>* held) {
+  if (!job->gres_list_alloc || !job->node_bitmap) return;
+  ListIterator it = list_iterator_create(job->gres_list_alloc);
+  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
+    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0) continue;
+    const auto* d = static_cast<const gres_job_state_t*>(g->gres_data);
+    if (!d || !d->gres_cnt_node_alloc) continue;
+    uint32_t j = 0;
+    for (int n = 0; n < node_record_count && j < d->node_cnt; n++) {
+      if (!bit_test(job->node_bitmap, n)) continue;
+      const uint64_t c = d->gres_cnt_node_alloc[j++];
+      if (c && c != NO_VAL64 && n < static_cast<int>(node_types.size()) && !node_types[n].empty())
+        (*held)[node_types[n]] += c;
+    }
+  }
+  list_iterator_destroy(it);
+}
+
 // One job's part of the sample.
-void sample_job(const QosTierCache& tiers, int gpu_pos, const job_record_t* job, JobSample* out) {
+void sample_job(const QosTierCache& tiers, int gpu_pos, const std::vector<std::string>& node_types,
+                const job_record_t* job, JobSample* out) {
   out->visited++;
   const bool run = IS_JOB_RUNNING(job);
   if (!run && !IS_JOB_PENDING(job)) return;
@@ -327,13 +368,17 @@ void sample_job(const QosTierCache& tiers, int gpu_pos, const job_record_t* job,
   const int k = tier_index(t->id);
   u.running_jobs[k]++;
   u.allocated_gpus[k] += gpus;
+  if (gpus && !u.typed_gpus.empty() && t->id != TierId::kP3)
+    add_typed_gpus(job, node_types, &u.typed_held);
   if (t->preemptible)
     out->spot_running.push_back(
         {job->job_id, str(job->account), counted_tier(job, t->id), gpus, job->start_time});
 }
 
-void sample_job_id(const QosTierCache& tiers, int gpu_pos, uint32_t id, JobSample* out) {
-  if (const job_record_t* job = find_job_record(id)) sample_job(tiers, gpu_pos, job, out);
+void sample_job_id(const QosTierCache& tiers, int gpu_pos,
+                   const std::vector<std::string>& node_types, uint32_t id, JobSample* out) {
+  if (const job_record_t* job = find_job_record(id))
+    sample_job(tiers, gpu_pos, node_types, job, out);
 }
 
 }  // namespace
@@ -345,23 +390,29 @@ JobIdSpace job_id_space() {
 void sample_jobs(const QosTierCache& tiers, int gpu_pos, const std::vector<uint32_t>& tracked,
                  const JobWatch::Plan& plan, JobSample* out) {
   PoolUsage& u = out->pool;
-  if (gpu_pos >= 0)
+  std::vector<std::string> node_types;
+  if (gpu_pos >= 0) {
+    node_types.resize(static_cast<size_t>(std::max(node_record_count, 0)));
     for (int i = 0; i < node_record_count; i++) {
       const node_record_t* node = node_record_table_ptr[i];
-      if (node && node->tres_cnt) u.pool_gpus += node->tres_cnt[gpu_pos];
+      if (!node || !node->tres_cnt) continue;
+      u.pool_gpus += node->tres_cnt[gpu_pos];
+      node_types[i] = node_gpu_type(node);
+      if (!node_types[i].empty()) u.typed_gpus[node_types[i]] += node->tres_cnt[gpu_pos];
     }
+  }
   out->walked = plan.walk;
   if (plan.walk) {
     ListIterator it = list_iterator_create(job_list);
     while (auto* job = static_cast<job_record_t*>(list_next(it)))
-      sample_job(tiers, gpu_pos, job, out);
+      sample_job(tiers, gpu_pos, node_types, job, out);
     list_iterator_destroy(it);
   } else {
-    for (uint32_t id : plan.ids) sample_job_id(tiers, gpu_pos, id, out);
+    for (uint32_t id : plan.ids) sample_job_id(tiers, gpu_pos, node_types, id, out);
     for (const IdRange& r : plan.new_ids)
       for (uint64_t id = r.first; id <= r.last; id++)
         if (!std::binary_search(plan.ids.begin(), plan.ids.end(), static_cast<uint32_t>(id)))
-          sample_job_id(tiers, gpu_pos, static_cast<uint32_t>(id), out);
+          sample_job_id(tiers, gpu_pos, node_types, static_cast<uint32_t>(id), out);
   }
   for (uint32_t id : tracked) {
     const job_record_t* job = find_job_record(id);
@@ -490,6 +541,9 @@ std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_pos) {
     m.submitted = job->details ? job->details->submit_time : 0;
     m.admin_comment = job->admin_comment;
     m.bid = mark->bid;
+    for (const char* tres :
+         {job->tres_per_node, job->tres_per_job, job->tres_per_socket, job->tres_per_task})
+      if (tres && m.gpu_type.empty()) m.gpu_type = gpu_type_of(tres);
     m.bidding = !mark->matched && !mark->locked;
     m.admin_held = held && job->state_reason == WAIT_HELD;
     m.uid = job->user_id;

@@ -230,7 +230,8 @@ int hold_job_as_slurm_user(uint32_t job_id, const char* admin_comment);
 // yet (they hold their GPUs for the round).  REQUIRES the job read lock.
 struct MarketJob {
   uint32_t job_id = 0;
-  uint32_t gpus = 0;  // requested (tres_req_cnt at `gpu_tres_pos`)
+  uint32_t gpus = 0;     // requested (tres_req_cnt at `gpu_tres_pos`)
+  std::string gpu_type;  // the type it asks for (--gres=gpu:h800:8), "" for none
   time_t submitted = 0;
   std::string admin_comment;
   std::optional<Micros> bid;  // from the mark; none: bids the list price

@@ -441,3 +441,66 @@ def test_spot_fallback_brings_a_preempted_p3_job_back_in_p1(small_cluster):
     assert [r[:4] for r in rows] == [["0", "P3", "p3-spot", "PREEMPTED"],
                                      ["1", "P1", "p1-guaranteed", "CANCELLED"]], rows
     assert rows[0][4] == "0", rows  # the preempted run is free
+
+
+@pytest.fixture(scope="module")
+def typed_market():
+    """A 2-node cluster of its own: gpu1's 8 GPUs are H800s, gpu2's A100s
+    (gres.conf Type=), the market open with flat floors."""
+    from conftest import start_cluster, stop_cluster, worker_overrides
+    o = worker_overrides({"PLANC_NODES": "2", "PLANC_GPU_TYPES": "h800 a100"}, offset=120)
+    o["PLANC_CLUSTER_DIR"] = o.get("PLANC_CLUSTER_DIR", "/tmp/planc-cluster") + "-typed"
+    c = start_cluster(o)
+    # H800 at 20 and A100 at 12 per card-hour, floors 10 whatever the
+    # vacancy (a flat curve); rounds every 10 s.
+    c.reload_planc_conf(["Market=yes", "MarketInterval=10s", "CardHourPrice=h800:20.00,a100:12.00",
+                         "MarketFloorCurve=0:1.0,1:1.0"])
+    yield c
+    c.cancel_all()
+    stop_cluster(c)
+
+
+def test_one_market_per_gpu_type(typed_market):
+    """Two H800 bids (18, 16) and an A100 bid (11), 8 GPUs each, on a
+    cluster of one H800 node and one A100 node: the H800 market has room
+    for one, so 18 wins and pays 16, the highest losing H800 bid; the A100
+    market is a market of its own, so 11 wins at the A100 floor even
+    though it bids below both H800 bids.  Each market's round is its own
+    record in PostgreSQL."""
+    from test_billing import psql
+    c = typed_market
+    m = market_config(c)
+    assert m["MarketFloor"] == "default=10.00,a100=10.00,h800=10.00 CNY/card-hour", m
+    last = next_round(c, None)["MarketLastRound"]
+    bids = {}
+    for price, gpu in ((18, "h800"), (16, "h800"), (11, "a100")):
+        j, p = c.sbatch("-A", "acct-spot", "--qos=p2-spot", f"--gres=gpu:{gpu}:8", f"--bid={price}",
+                        "--wrap", "sleep 600", user="pcbob")
+        assert j, p.stderr
+        bids[price] = j
+    round_ = next_round(c, last)
+    at = round_["MarketLastRound"]
+    c.wait_for("18 and 11 to run", lambda: all(c.state(bids[p]) == "RUNNING" for p in (18, 11)),
+               timeout=60)
+    assert c.squeue_field(bids[18], "%N") == "gpu1" and c.squeue_field(bids[11], "%N") == "gpu2"
+    assert admin_comment(c, bids[18]) == (
+        f"[planc:market] bid 18.00 CNY/card-hour; matched at 16.00 CNY/card-hour in the round at "
+        f"{at}"), admin_comment(c, bids[18])
+    assert admin_comment(c, bids[11]) == (
+        f"[planc:market] bid 11.00 CNY/card-hour; matched at 10.00 CNY/card-hour in the round at "
+        f"{at}"), admin_comment(c, bids[11])
+    assert c.state(bids[16]) == "PENDING"
+    assert admin_comment(c, bids[16]).startswith(
+        "[planc:market] bid 16.00 CNY/card-hour; not matched (no room; the last round cleared at "
+        "16.00)"), admin_comment(c, bids[16])
+    assert market_config(c)["MarketLastClearing"] == (
+        f"a100 10.00 CNY/card-hour at {at}, 1 of 1 bid(s) matched; h800 16.00 CNY/card-hour at "
+        f"{at}, 1 of 2 bid(s) matched"), market_config(c)
+    rows = c.wait_for("both rounds' records in PostgreSQL", lambda: (lambda r: r if len(r) == 2
+                                                                     else None)(
+        psql(c, "SELECT gpu_type, capacity_gpus, allocated_gpus, floor_micros, list_micros, "
+             "clearing_micros, bids, winners FROM planc.market_round "
+             "WHERE round_at = :'p0'::timestamptz ORDER BY gpu_type", at)), timeout=30)
+    assert rows == [["a100", "8", "8", "10000000", "12000000", "10000000", "1", "1"],
+                    ["h800", "8", "8", "10000000", "20000000", "16000000", "2", "1"]], rows
+    c.cancel_all()

@@ -453,3 +453,96 @@ TEST(MarketReleaseTest, ABidNotMatchedYetIsNotReleasedByHand) {
 
 }  // namespace
 }  // namespace planc
+
+namespace planc {
+namespace {
+
+MarketBid typed(uint32_t id, uint32_t gpus, Micros price, std::string type) {
+  MarketBid b;
+  b.job_id = id;
+  b.gpus = gpus;
+  b.bid = price;
+  b.gpu_type = std::move(type);
+  b.submitted = 100 + id;
+  return b;
+}
+
+TEST(MarketClearingTest, OneMarketPerGpuType) {
+  Prices prices;
+  prices.default_card_hour = 20 * U;
+  prices.card_hour = {{"h800", 20 * U}, {"a100", 12 * U}};
+  MarketFloors floors;
+  floors.default_floor = 8 * U;
+  floors.by_type = {{"h800", 10 * U}, {"a100", 5 * U}};
+  // 8 free H800s, 16 free A100s, 24 free in all.
+  MarketOffer offer;
+  offer.by_type = {{"h800", 8}, {"a100", 16}};
+  offer.total = 24;
+  // Two H800 bids for room for one; an A100 bid of 6 that the H800 floor
+  // would have refused; an untyped bid that takes what is left.
+  auto rounds = clear_markets({typed(1, 8, 15 * U, "h800"), typed(2, 8, 12 * U, "h800"),
+                               typed(3, 8, 6 * U, "a100"), typed(4, 8, 9 * U, "")},
+                              offer, floors, prices);
+  ASSERT_EQ(rounds.size(), 3u);
+  EXPECT_EQ(rounds[0].gpu_type, "a100");  // typed markets by name, then default
+  EXPECT_EQ(rounds[1].gpu_type, "h800");
+  EXPECT_EQ(rounds[2].gpu_type, "default");
+  const MarketRound& a100 = rounds[0].round;
+  EXPECT_EQ(a100.capacity, 16u);
+  EXPECT_EQ(a100.floor, 5 * U);
+  EXPECT_EQ(a100.list, 12 * U);
+  ASSERT_EQ(a100.results.size(), 1u);
+  EXPECT_EQ(a100.results[0].index, 2u);  // the index in clear_markets' bids
+  EXPECT_EQ(a100.results[0].outcome, BidOutcome::kWon);
+  EXPECT_EQ(a100.results[0].pays, 5 * U);  // every bid won: the A100 floor
+  const MarketRound& h800 = rounds[1].round;
+  EXPECT_EQ(h800.capacity, 8u);
+  ASSERT_EQ(h800.results.size(), 2u);
+  EXPECT_EQ(h800.results[0].job_id, 1u);
+  EXPECT_EQ(h800.results[0].pays, 12 * U);
+  EXPECT_EQ(h800.results[1].outcome, BidOutcome::kNoRoom);
+  // The default market gets what the typed winners left: 24 - 8 - 8.
+  const MarketRound& any = rounds[2].round;
+  EXPECT_EQ(any.capacity, 8u);
+  EXPECT_EQ(any.floor, 8 * U);
+  ASSERT_EQ(any.results.size(), 1u);
+  EXPECT_EQ(any.results[0].index, 3u);
+  EXPECT_EQ(any.results[0].outcome, BidOutcome::kWon);
+}
+
+TEST(MarketClearingTest, TypedCapacityNeverExceedsTheWholeAndUntypedClustersHaveOneMarket) {
+  Prices prices;
+  prices.default_card_hour = 20 * U;
+  MarketFloors floors;
+  floors.default_floor = 8 * U;
+  // Matched jobs of no type set aside GPUs that are also H800s: the H800
+  // market is offered at most what is free in all, and a negative figure
+  // (more set aside than free) offers nothing.
+  MarketOffer offer;
+  offer.by_type = {{"h800", 16}, {"a100", -8}};
+  offer.total = 8;
+  auto rounds = clear_markets({typed(1, 8, 15 * U, "h800"), typed(2, 8, 15 * U, "a100")}, offer,
+                              floors, prices);
+  ASSERT_EQ(rounds.size(), 2u);  // no untyped bid, typed markets exist: no default round
+  EXPECT_EQ(rounds[0].gpu_type, "a100");
+  EXPECT_EQ(rounds[0].round.capacity, 0u);
+  EXPECT_EQ(rounds[0].round.results[0].outcome, BidOutcome::kNoRoom);
+  EXPECT_EQ(rounds[1].round.capacity, 8u);
+  EXPECT_EQ(rounds[1].round.floor, 8 * U);  // no price of its own: the default floor and list
+  EXPECT_EQ(rounds[1].round.list, 20 * U);
+  // A cluster without GPU types: one default market, empty or not.
+  MarketOffer plain;
+  plain.total = 16;
+  auto one = clear_markets({}, plain, floors, prices);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].gpu_type, "default");
+  EXPECT_EQ(one[0].round.capacity, 16u);
+  // A bid naming a type no node has: its own market, nothing to offer.
+  auto none = clear_markets({typed(5, 8, 15 * U, "b200")}, plain, floors, prices);
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_EQ(none[0].gpu_type, "b200");
+  EXPECT_EQ(none[0].round.results[0].outcome, BidOutcome::kNoRoom);
+}
+
+}  // namespace
+}  // namespace planc
