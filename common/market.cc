@@ -222,18 +222,23 @@ std::vector<TypedRound> clear_markets(const std::vector<MarketBid>& bids, const 
   int64_t left = offer.total;
   auto clear_one = [&](const std::string& type, const std::vector<uint32_t>& members,
                        int64_t capacity) {
+    // Every bid in one market (the usual): cleared in place, no copy.
+    const bool all = members.size() == bids.size();
     std::vector<MarketBid> sub;
-    sub.reserve(members.size());
-    for (uint32_t i : members) sub.push_back(bids[i]);
+    if (!all) {
+      sub.reserve(members.size());
+      for (uint32_t i : members) sub.push_back(bids[i]);
+    }
     const auto floor_it = floors.by_type.find(type);
     const auto list_it = prices.card_hour.find(type);
     TypedRound t;
     t.gpu_type = type.empty() ? "default" : type;
     t.round = clear_market(
-        sub, clamp(std::min(capacity, left)),
+        all ? bids : sub, clamp(std::min(capacity, left)),
         floor_it != floors.by_type.end() ? floor_it->second : floors.default_floor,
         list_it != prices.card_hour.end() ? list_it->second : prices.default_card_hour);
-    for (BidResult& r : t.round.results) r.index = members[r.index];
+    if (!all)
+      for (BidResult& r : t.round.results) r.index = members[r.index];
     left -= t.round.allocated;
     out.push_back(std::move(t));
   };
