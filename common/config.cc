@@ -375,6 +375,9 @@ class Parser {
   bool set_max_per_hour(const Pair& p) {
     return uint_value(p, 1, 3600, &cfg_.infusion.settings.max_ops_per_hour);
   }
+  bool set_infusion_window(const Pair& p) {
+    return duration_value(p, 1, 3600, &cfg_.infusion.settings.window_seconds);
+  }
 
   bool pool_line(const std::vector<Pair>& pairs) {
     PoolConfig pool;
@@ -661,6 +664,7 @@ class Parser {
       {"InfusionHysteresis", &Parser::set_hysteresis},
       {"InfusionCooldown", &Parser::set_cooldown},
       {"InfusionMaxPerHour", &Parser::set_max_per_hour},
+      {"InfusionWindow", &Parser::set_infusion_window},
   };
   static constexpr Key kPoolKeys[] = {
       {"Tier", &Parser::set_pool_tier},           {"Account", &Parser::set_pool_account},

@@ -23,6 +23,65 @@ const ServingPool* pool_of(const std::vector<ServingPool>& pools, TierId tier, b
 
 }  // namespace
 
+void IdleWindow::observe(time_t now, uint32_t idle, uint32_t pool) {
+  if (!samples_.empty() && now < samples_.back().at) return;  // the clock went back: ignored
+  samples_.push_back({now, std::min(idle, pool), pool});
+  // Keep one sample at or before the oldest window anyone asks (an hour).
+  while (samples_.size() > 2 && samples_[1].at <= now - kHour) samples_.pop_front();
+}
+
+std::optional<IdleWindow::Measure> IdleWindow::measure(time_t now, uint32_t seconds) const {
+  const time_t from = now - static_cast<time_t>(seconds);
+  if (samples_.empty() || samples_.front().at > from || seconds == 0) return std::nullopt;
+  double idle = 0, pool = 0;
+  for (size_t i = 0; i < samples_.size(); i++) {
+    const time_t a = std::max(samples_[i].at, from);
+    const time_t b = i + 1 < samples_.size() ? std::min(samples_[i + 1].at, now) : now;
+    if (b <= a) continue;
+    idle += static_cast<double>(samples_[i].idle) * static_cast<double>(b - a);
+    pool += static_cast<double>(samples_[i].pool) * static_cast<double>(b - a);
+  }
+  Measure m;
+  m.idle_gpus = static_cast<uint32_t>(idle / seconds);
+  m.pool_gpus = static_cast<uint32_t>(pool / seconds + 0.5);
+  return m;
+}
+
+std::string infused_mark(const std::string& pool, TierId tier, uint32_t drain_grace_seconds) {
+  return std::string(kInfusedTag) + " pool " + pool + ": a replica capacity infusion added (" +
+         "P" + std::to_string(tier_index(tier)) + ", drain grace " +
+         std::to_string(drain_grace_seconds) + " s)";
+}
+
+std::optional<InfusedMark> read_infused_mark(std::string_view c) {
+  constexpr std::string_view head = "[planc:infused] pool ";
+  static_assert(head.substr(0, kInfusedTag.size()) == kInfusedTag);
+  if (c.substr(0, head.size()) != head) return std::nullopt;
+  c.remove_prefix(head.size());
+  const size_t colon = c.find(": a replica capacity infusion added (P");
+  if (colon == 0 || colon == c.npos) return std::nullopt;
+  InfusedMark m;
+  m.pool = std::string(c.substr(0, colon));
+  c.remove_prefix(colon + std::string_view(": a replica capacity infusion added (P").size());
+  if (c.empty() || c[0] < '0' || c[0] > '3') return std::nullopt;
+  m.tier = static_cast<TierId>(c[0] - '0');
+  constexpr std::string_view grace = ", drain grace ";
+  if (c.substr(1, grace.size()) != grace) return std::nullopt;
+  c.remove_prefix(1 + grace.size());
+  uint64_t v = 0;
+  size_t n = 0;
+  for (; n < c.size() && n < 7 && c[n] >= '0' && c[n] <= '9'; n++) v = v * 10 + (c[n] - '0');
+  if (n == 0 || c.substr(n, 3) != " s)") return std::nullopt;
+  m.drain_grace_seconds = static_cast<uint32_t>(v);
+  return m;
+}
+
+bool reclaims_replica(TierId preemptor, bool preemptor_is_replica, TierId victim,
+                      bool victim_is_replica) {
+  return victim == TierId::kP1 && victim_is_replica && !preemptor_is_replica &&
+         (preemptor == TierId::kP0 || preemptor == TierId::kP1);
+}
+
 void InfusionController::forget_before(time_t t) {
   while (!ops_.empty() && ops_.front() <= t) ops_.pop_front();
 }

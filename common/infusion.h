@@ -1,7 +1,7 @@
 // Capacity infusion (policy 000, section 4; issue 16): idle GPUs grow the
 // serving pools, with cooldown.  The decision only; the plugin that acts on
-// it (submitting and cancelling replica jobs in slurmctld/planc) is not
-// built yet.  Pure: no Slurm header, no clock.
+// it is slurmctld/planc (it submits and drains the replica jobs).  Pure: no
+// Slurm header, no clock.
 //
 // Section 4:
 //     idle > 5% of capacity:  grow the Plan B guaranteed pool (P1)
@@ -34,7 +34,9 @@
 #include <cstdint>
 #include <ctime>
 #include <deque>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/tier.h"
@@ -48,7 +50,49 @@ struct InfusionSettings {
   uint32_t hysteresis_permille = 20;
   uint32_t cooldown_seconds = 300;
   uint32_t max_ops_per_hour = 4;
+  uint32_t window_seconds = 60;  // idle is measured over this long (InfusionWindow)
 };
+
+// The idle GPUs over the last `seconds`, time-weighted from samples of
+// (time, idle GPUs, pool GPUs), each holding until the next.  Nothing
+// until the samples cover the whole window: one sample decides nothing.
+class IdleWindow {
+ public:
+  void observe(time_t now, uint32_t idle, uint32_t pool);
+  struct Measure {
+    uint32_t idle_gpus = 0, pool_gpus = 0;  // means over the window, rounded down
+  };
+  std::optional<Measure> measure(time_t now, uint32_t seconds) const;
+
+ private:
+  struct Sample {
+    time_t at;
+    uint32_t idle, pool;
+  };
+  std::deque<Sample> samples_;  // oldest first
+};
+
+// The mark in an infused replica's AdminComment (set at submission by
+// slurmctld/planc as SlurmUser; users cannot set or change it):
+//   [planc:infused] pool maas-guaranteed: a replica capacity infusion added (P1, drain grace 30 s)
+// preempt/planc reads the pool from it; no other P1 job is ever preempted.
+inline constexpr std::string_view kInfusedTag = "[planc:infused]";
+std::string infused_mark(const std::string& pool, TierId tier, uint32_t drain_grace_seconds);
+// The mark at the front of `admin_comment`, none otherwise (or when
+// malformed: then the job is no replica to anyone).
+struct InfusedMark {
+  std::string pool;
+  TierId tier = TierId::kP1;
+  uint32_t drain_grace_seconds = 0;
+};
+std::optional<InfusedMark> read_infused_mark(std::string_view admin_comment);
+
+// P0 keeps its 40 s (issue 16): a P1 replica that infusion added may be
+// preempted by a P0 or P1 job that is not itself a replica, with its
+// pool's drain grace; no other P1 job is ever preempted (TierTable's
+// can_preempt still says so for them).
+bool reclaims_replica(TierId preemptor, bool preemptor_is_replica, TierId victim,
+                      bool victim_is_replica);
 
 struct ServingPool {
   std::string name;
@@ -71,6 +115,9 @@ struct InfusionDecision {
 class InfusionController {
  public:
   explicit InfusionController(InfusionSettings s) : s_(s) {}
+  // New settings (planc.conf reloaded); the operations done so far still
+  // count for the cooldown and the hourly limit.
+  void configure(InfusionSettings s) { s_ = s; }
 
   // `idle_gpus` of `pool_gpus` idle over the window (idle_permille is
   // their ratio), and whether guaranteed jobs wait for GPUs.

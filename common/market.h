@@ -36,6 +36,7 @@
 #ifndef PLANC_COMMON_MARKET_H_
 #define PLANC_COMMON_MARKET_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <ctime>
 #include <map>
@@ -94,6 +95,10 @@ class FloorKeeper {
   // A pool sample.  Returns true when a round set new floors.
   bool sample(time_t now, uint32_t idle, uint32_t pool, const PlancConfig& cfg);
   const MarketFloors& floors() const { return floors_; }
+  // A round at the next sample, not at the next multiple of the interval
+  // (capacity infusion: idle above InfusionIdleMarket); later rounds keep
+  // the interval's clock.
+  void ask_round(time_t now) { floors_.next_round = std::min(floors_.next_round, now); }
 
  private:
   void set(const PlancConfig& cfg, uint32_t vacancy);

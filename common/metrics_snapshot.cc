@@ -95,6 +95,12 @@ const std::vector<MetricInfo> kCatalog = {
      "round: what moved the floor (MarketFloorCurve)."},
     {"planc_market_next_round_timestamp_seconds", T::kGauge, "", "slurmctld",
      "When the P2 market's next round is (Unix time)."},
+    {"planc_infusion_operations_total", T::kCounter, "pool,action", "slurmctld",
+     "Capacity infusion's operations on the pool since slurmctld started: action=\"grow\" (a "
+     "replica submitted), \"shrink\" (one drained: idle fell below its threshold), "
+     "\"reclaim\" (one given back to guaranteed work waiting; not limited by the cooldown)."},
+    {"planc_infusion_replicas", T::kGauge, "pool", "slurmctld",
+     "The pool's replicas, pending or running, not draining (Infusion=yes only)."},
     {"planc_spot_cap_refusals_total", T::kCounter, "tier", "slurmctld",
      "Submissions and QoS updates job_submit/planc refused because the account had used its "
      "daily spot cap (SpotCapP2, SpotCapP3) in the tier, since slurmctld started."},

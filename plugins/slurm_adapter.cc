@@ -1,9 +1,15 @@
 #include "plugins/slurm_adapter.h"
 #include "plugins/slurm_compat.h"
 
+#include <pwd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstring>
 
+#include "common/file_system.h"
+#include "common/infusion.h"
 #include "common/job_marks.h"
 #include "common/market.h"
 
@@ -553,6 +559,105 @@ std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_pos) {
   }
   list_iterator_destroy(it);
   return out;
+}
+
+std::optional<InfusedMark> infused_mark_of(const job_record_t* job) {
+  if (!job || !job->admin_comment || job->admin_comment[0] != '[') return std::nullopt;
+  return read_infused_mark(job->admin_comment);
+}
+
+InfusionJobs infusion_jobs(const QosTierCache& tiers, int gpu_pos) {
+  InfusionJobs out;
+  ListIterator it = list_iterator_create(job_list);
+  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
+    const bool pending = IS_JOB_PENDING(job);
+    if (!pending && !IS_JOB_RUNNING(job)) continue;
+    const uint32_t gpus =
+        gpu_pos >= 0 && job->tres_req_cnt ? static_cast<uint32_t>(job->tres_req_cnt[gpu_pos]) : 0;
+    if (!pending && job->preempt_time) out.preempting_gpus += gpus;
+    if (auto mark = infused_mark_of(job)) {
+      out.replicas.push_back({job->job_id, std::move(mark->pool), !pending, gpus});
+      continue;
+    }
+    if (!pending || !gpus) continue;
+    const Tier* t = job_tier(tiers, job);
+    if (!t || t->preemptible) continue;
+    const char* held = held_back_reason(job);
+    if (!held || std::strcmp(held, "limit") == 0) out.guaranteed_waiting_gpus += gpus;
+  }
+  list_iterator_destroy(it);
+  return out;
+}
+
+uint32_t submit_replica(const PoolConfig& pool, const std::string& qos,
+                        const std::string& admin_comment, uint32_t drain_seconds,
+                        std::string* why) {
+  struct passwd pw, *res = nullptr;
+  char buf[4096];
+  if (getpwnam_r(pool.user.c_str(), &pw, buf, sizeof buf, &res) != 0 || !res) {
+    *why = "user " + pool.user + " (Pool=" + pool.name +
+           " User=) is not known on the slurmctld host; create it there or fix planc.conf";
+    return 0;
+  }
+  std::string script;
+  if (posix_file_system().read_file(pool.script, &script) != 0) {
+    *why = system_error("cannot read the pool's Script", pool.script, errno);
+    return 0;
+  }
+  if (script.compare(0, 2, "#!") != 0) {
+    *why = "Script=" + pool.script + " does not start with #! (a batch script needs one)";
+    return 0;
+  }
+  std::string name = "planc-pool-" + pool.name;
+  std::string account = pool.account, qos_name = qos, comment = admin_comment;
+  std::string dir = pw.pw_dir && pw.pw_dir[0] ? pw.pw_dir : "/";
+  std::string out = dir + (dir.back() == '/' ? "" : "/") + "planc-pool-" + pool.name + "-%j.out";
+  std::string gres = "gres:gpu:" + std::to_string(pool.gpus_per_replica);
+  std::string argv0 = pool.script;
+  std::vector<std::string> env = {
+      "PLANC_POOL=" + pool.name,
+      "PLANC_TIER=P" + std::to_string(tier_index(pool.tier)),
+      "PLANC_DRAIN_SECONDS=" + std::to_string(drain_seconds),
+      "PATH=/usr/local/bin:/usr/bin:/bin",
+      "HOME=" + dir,
+      "USER=" + pool.user,
+  };
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  char* argv[] = {argv0.data(), nullptr};
+  job_desc_msg_t d;
+  slurm_init_job_desc_msg(&d);
+  d.name = name.data();
+  d.account = account.data();
+  d.qos = qos_name.data();
+  d.script = script.data();
+  d.user_id = pw.pw_uid;
+  d.group_id = pw.pw_gid;
+  d.work_dir = dir.data();
+  d.std_out = out.data();
+  d.tres_per_node = gres.data();
+  d.admin_comment = comment.data();
+  d.min_nodes = 1;
+  d.max_nodes = 1;
+  d.requeue = 0;
+  d.environment = envp.data();
+  d.env_size = static_cast<uint32_t>(envp.size());
+  d.argc = 1;
+  d.argv = argv;
+  submit_response_msg_t* resp = nullptr;
+  if (slurm_submit_batch_job(&d, &resp) != SLURM_SUCCESS || !resp) {
+    *why = std::string("slurmctld refused the submission: ") + slurm_strerror(slurm_get_errno());
+    if (resp) slurm_free_submit_response_response_msg(resp);
+    return 0;
+  }
+  const uint32_t id = resp->job_id;
+  slurm_free_submit_response_response_msg(resp);
+  return id;
+}
+
+int signal_job_rpc(uint32_t job_id, uint16_t signal) {
+  const uint16_t flags = signal == SIGKILL ? 0 : KILL_FULL_JOB;
+  return slurm_kill_job(job_id, signal, flags) == SLURM_SUCCESS ? SLURM_SUCCESS : slurm_get_errno();
 }
 
 JobSignal job_signal_order(const job_record_t* job, uint16_t signal) {

@@ -245,6 +245,45 @@ struct MarketJob {
 };
 std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_tres_pos);
 
+// --- capacity infusion (slurmctld/planc) ---------------------------------------
+
+// A pending or running job with an infused mark (common/infusion.h).
+struct ReplicaJob {
+  uint32_t job_id = 0;
+  std::string pool;
+  bool running = false;
+  uint32_t gpus = 0;  // requested (tres_req_cnt at `gpu_tres_pos`)
+};
+// What the controller reads: the replicas, and the GPUs that guaranteed
+// (P0, P1) jobs other than replicas wait for (pending, not held, not
+// waiting on a dependency or their --begin; a limit counts: the 80% cap is
+// one).  REQUIRES the job read lock.  One walk of the job list.
+struct InfusionJobs {
+  std::vector<ReplicaJob> replicas;
+  uint64_t guaranteed_waiting_gpus = 0;
+  uint64_t preempting_gpus = 0;  // held by running jobs in their preemption grace
+};
+InfusionJobs infusion_jobs(const QosTierCache& tiers, int gpu_tres_pos);
+// The infused mark in the job's AdminComment, if any.  REQUIRES the job
+// read lock; a pointer test and a prefix compare for any other job.
+std::optional<InfusedMark> infused_mark_of(const job_record_t* job);
+
+// Submits one replica of `pool` through slurmctld's own submit RPC, as
+// sbatch would as root with --uid: as the pool's user and account, in
+// `qos` (its tier's), with `admin_comment` (the infused mark: only
+// SlurmUser and root may set it), --gres=gpu:GpusPerReplica, not
+// requeued, its output in the user's home directory
+// (planc-pool-<name>-<jobid>.out), PLANC_POOL, PLANC_TIER and
+// PLANC_DRAIN_SECONDS in its environment.  job_submit/planc sees it as
+// any submission.  Call with NO slurmctld lock held: it waits for
+// slurmctld to handle the RPC.  The new job id, or 0 with `*why` set.
+uint32_t submit_replica(const PoolConfig& pool, const std::string& qos,
+                        const std::string& admin_comment, uint32_t drain_seconds, std::string* why);
+// scancel --signal=SIG --full for a running job (its batch script and every
+// step); SIGKILL cancels it.  Through the RPC: call with NO slurmctld lock
+// held.  A Slurm error code.
+int signal_job_rpc(uint32_t job_id, uint16_t signal);
+
 // --- preempt/planc ------------------------------------------------------------
 
 // A signal for all of a job's processes (batch script's process group and

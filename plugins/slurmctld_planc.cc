@@ -46,6 +46,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -53,6 +54,7 @@
 #include <thread>
 
 #include "common/append_file.h"
+#include "common/infusion.h"
 #include "common/job_marks.h"
 #include "common/market.h"
 #include "common/market_record.h"
@@ -513,6 +515,244 @@ void market_tick(const planc::PlancConfig& cfg, const planc::PoolUsage& pool, bo
   g_floors = std::move(copy);
 }
 
+// --- capacity infusion (issue 16) --------------------------------------------
+// The controller (common/infusion.h decides): each sample feeds the idle
+// window; once the window is covered, one decision per sample, acted on
+// through Slurm's own RPCs from this worker with no slurmctld lock held
+// (a replica is submitted as sbatch would as root; a shrink sends the
+// replica SIGTERM, then SIGKILL after the pool's DrainGrace).  Idle GPUs
+// are those neither allocated nor asked for by a pending replica (a
+// replica being started is promised its GPUs).  The worker alone touches
+// these; `scontrol show config` reads g_infusion_shown.
+std::unique_ptr<planc::InfusionController> g_infusion;
+planc::IdleWindow g_idle_window;
+// Replicas told to drain: job id -> when SIGKILL follows (lost on a
+// restart: a replica still running then is drained again if the pool
+// still shrinks).
+std::map<uint32_t, time_t> g_draining;
+std::string g_infusion_held;  // the hold last logged (see infusion_tick)
+struct InfusionShown {
+  std::string idle = "unknown (the window is not covered yet)";
+  std::string last_operation = "none yet";
+  std::string replicas;
+  time_t next_allowed = 0;
+  uint32_t ops_last_hour = 0;
+};
+planc::Mutex g_infusion_mu;
+InfusionShown g_infusion_shown GUARDED_BY(g_infusion_mu);
+// Operations by pool and action ("grow", "shrink", "reclaim"), for the metrics.
+std::map<std::pair<std::string, std::string>, uint64_t> g_infusion_ops GUARDED_BY(g_infusion_mu);
+std::map<std::string, uint32_t> g_infusion_replicas GUARDED_BY(g_infusion_mu);
+std::atomic<uint64_t> g_infusion_failures{0}, g_infusion_decide_usec{0};
+
+void count_infusion_op(const std::string& pool, const char* action) {
+  planc::MutexLock l(g_infusion_mu);
+  g_infusion_ops[{pool, action}]++;
+}
+
+// SIGKILL to replicas whose drain grace is over (they ended on their own
+// by then, usually: the kill then finds nothing, which is fine).
+void kill_drained(time_t now) {
+  for (auto it = g_draining.begin(); it != g_draining.end();) {
+    if (it->second > now) {
+      ++it;
+      continue;
+    }
+    int rc = planc::slurm::signal_job_rpc(it->first, SIGKILL);
+    if (rc != SLURM_SUCCESS && rc != ESLURM_ALREADY_DONE && rc != ESLURM_INVALID_JOB_ID)
+      error("%s: infusion: JobId=%u: kill after its drain grace failed: %s", plugin_type, it->first,
+            slurm_strerror(rc));
+    it = g_draining.erase(it);
+  }
+}
+
+void infusion_tick(const planc::PlancConfig& cfg, const planc::PoolUsage& pool, bool reloaded,
+                   int gpu_pos) {
+  const time_t now = time(nullptr);
+  kill_drained(now);
+  if (!cfg.infusion.enabled || cfg.infusion.pools.empty()) {
+    if (g_infusion) {
+      g_infusion.reset();
+      info(
+          "%s: capacity infusion is off (Infusion=no or no Pool= line); replicas already running "
+          "keep running",
+          plugin_type);
+    }
+    return;
+  }
+  if (!g_infusion) {
+    g_infusion = std::make_unique<planc::InfusionController>(cfg.infusion.settings);
+    info("%s: capacity infusion is on: %zu pool(s), idle measured over %u s", plugin_type,
+         cfg.infusion.pools.size(), cfg.infusion.settings.window_seconds);
+  } else if (reloaded) {
+    g_infusion->configure(cfg.infusion.settings);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  planc::slurm::InfusionJobs jobs;
+  {
+    slurmctld_lock_t read = {.job = READ_LOCK};
+    lock_slurmctld(read);
+    jobs = planc::slurm::infusion_jobs(*g_tiers, gpu_pos);
+    unlock_slurmctld(read);
+  }
+  const std::vector<planc::slurm::ReplicaJob>& replicas = jobs.replicas;
+  // Replicas per pool (not those draining), and the GPUs pending ones are promised.
+  std::vector<planc::ServingPool> pools;
+  for (const planc::PoolConfig& p : cfg.infusion.pools)
+    pools.push_back({p.name, p.tier, p.gpus_per_replica, p.min_replicas, p.max_replicas, 0});
+  uint64_t promised = 0, draining = 0;
+  for (const auto& r : replicas) {
+    if (g_draining.count(r.job_id)) {
+      if (r.running) draining += r.gpus;
+      continue;
+    }
+    for (planc::ServingPool& sp : pools)
+      if (sp.name == r.pool) sp.replicas++;
+    if (!r.running) promised += r.gpus;
+  }
+  const uint64_t used = pool.allocated_total() + promised;
+  const uint64_t idle_now = pool.pool_gpus > used ? pool.pool_gpus - used : 0;
+  g_idle_window.observe(now, static_cast<uint32_t>(idle_now),
+                        static_cast<uint32_t>(pool.pool_gpus));
+  // Guaranteed work waits for more GPUs than it can have without taking
+  // replicas back: the idle ones, within the 80% cap when it is on, and
+  // those of replicas already draining or of jobs Slurm is preempting.
+  // Then a replica is reclaimed at once, one a sample (not while enough
+  // already drain).
+  uint64_t open = idle_now;
+  if (!cfg.guaranteed_partition.empty()) {
+    const uint64_t cap = pool.pool_gpus * cfg.guaranteed_cap_percent / 100;
+    const uint64_t held = pool.allocated_gpus[planc::tier_index(TierId::kP0)] +
+                          pool.allocated_gpus[planc::tier_index(TierId::kP1)];
+    open = std::min(open, cap > held ? cap - held : 0);
+  }
+  const bool waiting = jobs.guaranteed_waiting_gpus > open + draining + jobs.preempting_gpus;
+  {
+    std::string text;
+    for (const planc::ServingPool& sp : pools)
+      text += (text.empty() ? "" : ",") + sp.name + "=" + std::to_string(sp.replicas);
+    planc::MutexLock l(g_infusion_mu);
+    g_infusion_shown.replicas = text;
+    for (const planc::ServingPool& sp : pools) g_infusion_replicas[sp.name] = sp.replicas;
+  }
+  auto m = g_idle_window.measure(now, cfg.infusion.settings.window_seconds);
+  if (!m) return;
+  planc::InfusionDecision d = g_infusion->decide(now, m->idle_gpus, m->pool_gpus, waiting, pools);
+  g_infusion_decide_usec += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  {
+    planc::MutexLock l(g_infusion_mu);
+    g_infusion_shown.idle = std::to_string(m->idle_gpus) + " of " + std::to_string(m->pool_gpus) +
+                            " GPUs over the last " +
+                            std::to_string(cfg.infusion.settings.window_seconds) + " s";
+    g_infusion_shown.ops_last_hour = g_infusion->ops_last_hour(now);
+    g_infusion_shown.next_allowed = g_infusion->next_allowed(now);
+  }
+  if (d.market_round) {
+    if (cfg.market.enabled && g_floor_keeper) {
+      g_floor_keeper->ask_round(now);
+      info("%s: infusion: idle %u of %u GPUs, above InfusionIdleMarket %s: a P2 market round now",
+           plugin_type, m->idle_gpus, m->pool_gpus,
+           planc::permille_text(cfg.infusion.settings.market_idle_permille).c_str());
+    } else {
+      info(
+          "%s: infusion: idle %u of %u GPUs, above InfusionIdleMarket %s: no market round "
+          "(Market=no)",
+          plugin_type, m->idle_gpus, m->pool_gpus,
+          planc::permille_text(cfg.infusion.settings.market_idle_permille).c_str());
+    }
+  }
+  if (d.action == planc::InfusionAction::kNone) {
+    // An operation the hourly limit holds back: said once when that starts
+    // (not every sample), again when what is held back changes (the
+    // cooldown's holds are routine and not logged).
+    const size_t held = d.reason.find(", held ");
+    const size_t colon = d.reason.find(": ");
+    std::string kind;
+    if (held != std::string::npos && colon < held &&
+        d.reason.find("by the hourly limit", held) != std::string::npos)
+      kind = d.reason.substr(colon + 2, held - colon - 2);
+    if (!kind.empty() && kind != g_infusion_held)
+      info("%s: infusion: %s", plugin_type, d.reason.c_str());
+    g_infusion_held = std::move(kind);
+    return;
+  }
+  g_infusion_held.clear();
+  const planc::PoolConfig* pc = nullptr;
+  for (const planc::PoolConfig& p : cfg.infusion.pools)
+    if (p.name == d.pool) pc = &p;
+  if (!pc) return;
+  uint32_t now_replicas = 0;
+  for (const planc::ServingPool& sp : pools)
+    if (sp.name == d.pool) now_replicas = sp.replicas;
+  std::string did;
+  if (d.action == planc::InfusionAction::kGrow) {
+    std::string why;
+    const uint32_t drain = pc->drain_grace_seconds > 2 ? pc->drain_grace_seconds - 2 : 0;
+    uint32_t id = planc::slurm::submit_replica(
+        *pc, cfg.tiers.tier(pc->tier).qos,
+        planc::infused_mark(pc->name, pc->tier, pc->drain_grace_seconds), drain, &why);
+    if (!id) {
+      g_infusion_failures++;
+      error(
+          "%s: infusion: %s: could not add a replica to pool %s: %s (tried again after the "
+          "cooldown)",
+          plugin_type, d.reason.c_str(), pc->name.c_str(), why.c_str());
+      g_infusion->done(now, d);  // a failing submission waits for the cooldown too
+      return;
+    }
+    did = "grew pool " + pc->name + " to " + std::to_string(now_replicas + 1) +
+          " replica(s) (JobId=" + std::to_string(id) + ")";
+    count_infusion_op(pc->name, "grow");
+  } else {
+    // The newest replica goes first: pending before running when the pool
+    // shrinks (no server interrupted), running first when guaranteed work
+    // waits (only a running one frees GPUs).
+    const planc::slurm::ReplicaJob* victim = nullptr;
+    for (const auto& r : replicas) {
+      if (r.pool != pc->name || g_draining.count(r.job_id)) continue;
+      if (!victim) {
+        victim = &r;
+        continue;
+      }
+      const bool better_state =
+          d.reclaim ? r.running && !victim->running : !r.running && victim->running;
+      if (better_state || (victim->running == r.running && r.job_id > victim->job_id)) victim = &r;
+    }
+    if (!victim) return;
+    int rc;
+    if (!victim->running) {
+      rc = planc::slurm::signal_job_rpc(victim->job_id, SIGKILL);
+    } else {
+      rc = planc::slurm::signal_job_rpc(victim->job_id, SIGTERM);
+      if (rc == SLURM_SUCCESS) g_draining[victim->job_id] = now + pc->drain_grace_seconds;
+    }
+    if (rc != SLURM_SUCCESS) {
+      g_infusion_failures++;
+      error("%s: infusion: %s: JobId=%u: %s failed: %s", plugin_type, d.reason.c_str(),
+            victim->job_id, victim->running ? "SIGTERM" : "cancel", slurm_strerror(rc));
+      return;
+    }
+    did = std::string(d.reclaim ? "gave back" : "shrank") + " pool " + pc->name + " to " +
+          std::to_string(now_replicas - 1) +
+          " replica(s) (JobId=" + std::to_string(victim->job_id) +
+          (victim->running ? " SIGTERM, killed after its drain grace of " +
+                                 std::to_string(pc->drain_grace_seconds) + " s"
+                           : " cancelled before it started") +
+          ")";
+    count_infusion_op(pc->name, d.reclaim ? "reclaim" : "shrink");
+  }
+  g_infusion->done(now, d);
+  info("%s: infusion: %s: %s; %u operation(s) in the last hour of at most %u", plugin_type,
+       did.c_str(), d.reason.c_str(), g_infusion->ops_last_hour(now),
+       cfg.infusion.settings.max_ops_per_hour);
+  planc::MutexLock l(g_infusion_mu);
+  g_infusion_shown.last_operation = planc::format_utc(now) + ": " + did + ": " + d.reason;
+  g_infusion_shown.ops_last_hour = g_infusion->ops_last_hour(now);
+  g_infusion_shown.next_allowed = g_infusion->next_allowed(now);
+}
+
 // --- run-start journal --------------------------------------------------------
 // Lines whose write(2) failed (disk full) wait here, in order, at most this
 // many; the worker retries them.
@@ -880,6 +1120,15 @@ void write_metrics(const planc::PoolUsage& pool, const planc::IdleCrossings& idl
     s.samples.push_back(
         {"planc_market_next_round_timestamp_seconds", {}, static_cast<double>(f->next_round)});
   }
+  {
+    planc::MutexLock l(g_infusion_mu);
+    for (const auto& [key, n] : g_infusion_ops)
+      s.samples.push_back({"planc_infusion_operations_total",
+                           {{"pool", key.first}, {"action", key.second}},
+                           static_cast<double>(n)});
+    for (const auto& [name, n] : g_infusion_replicas)
+      s.samples.push_back({"planc_infusion_replicas", {{"pool", name}}, static_cast<double>(n)});
+  }
   s.samples.push_back(
       {"planc_config_reloads_total", {{"result", "ok"}}, static_cast<double>(watch.reloaded())});
   s.samples.push_back(
@@ -937,6 +1186,7 @@ void worker(planc::ConfigWatch watch) {
         if (pool.pool_gpus)
           idle.observe(1.0 - static_cast<double>(pool.allocated_total()) /
                                  static_cast<double>(pool.pool_gpus));
+        infusion_tick(cfg, pool, reloaded, gpu_pos);
         market_tick(cfg, pool, reloaded, gpu_pos);
         write_metrics(pool, idle, watch);
         if (!text.empty()) {
@@ -1126,6 +1376,22 @@ PLANC_EXPORT void slurmctld_plugstack_p_get_config(config_plugin_params_t* p) {
         add_pair(p->key_pairs, "MarketRoundsWaiting", std::to_string(g_rounds_waiting.load()));
         add_pair(p->key_pairs, "MarketRoundsRejected", std::to_string(g_rounds_rejected.load()));
       }
+    }
+    add_pair(p->key_pairs, "Infusion", cfg.infusion.enabled ? "yes" : "no");
+    if (cfg.infusion.enabled) {
+      planc::MutexLock l(g_infusion_mu);
+      const InfusionShown& is = g_infusion_shown;
+      add_pair(p->key_pairs, "InfusionIdle", is.idle);
+      add_pair(p->key_pairs, "InfusionReplicas", is.replicas.empty() ? "none" : is.replicas);
+      add_pair(p->key_pairs, "InfusionLastOperation", is.last_operation);
+      add_pair(p->key_pairs, "InfusionNextAllowed",
+               is.next_allowed ? planc::format_utc(is.next_allowed) : "now");
+      add_pair(p->key_pairs, "InfusionOperationsLastHour",
+               std::to_string(is.ops_last_hour) + " of at most " +
+                   std::to_string(cfg.infusion.settings.max_ops_per_hour));
+      add_pair(p->key_pairs, "InfusionFailures", std::to_string(g_infusion_failures.load()));
+      add_pair(p->key_pairs, "InfusionDecideTotalUsec",
+               std::to_string(g_infusion_decide_usec.load()));
     }
     add_pair(p->key_pairs, "StarvationUpgrades", std::to_string(g_upgrades.load()));
     add_pair(p->key_pairs, "StarvationReverts", std::to_string(g_reverts.load()));

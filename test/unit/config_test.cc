@@ -252,9 +252,11 @@ TEST(ConfigTest, InfusionPoolsAndSettings) {
   EXPECT_EQ(d.infusion.settings.market_idle_permille, 300u);
   EXPECT_EQ(d.infusion.settings.cooldown_seconds, 300u);  // 5 min
   EXPECT_EQ(d.infusion.settings.max_ops_per_hour, 4u);
+  EXPECT_EQ(d.infusion.settings.window_seconds, 60u);
   auto r = parse_config(
       "Infusion=yes\nInfusionIdleP1=0.1\nInfusionIdleP3=0.2\nInfusionIdleMarket=0.4\n"
       "InfusionHysteresis=0.05\nInfusionCooldown=10s\nInfusionMaxPerHour=6\n"
+      "InfusionWindow=2min\n"
       "Pool=maas-p1 Tier=P1 Account=acct-maas User=maas Script=/etc/slurm/serve.sh "
       "GpusPerReplica=2 MinReplicas=1 MaxReplicas=8 DrainGrace=20s\n"
       "pool=maas-p3 tier=p3 account=acct-maas user=maas script=/x/serve.sh\n",
@@ -268,6 +270,7 @@ TEST(ConfigTest, InfusionPoolsAndSettings) {
   EXPECT_EQ(i.settings.hysteresis_permille, 50u);
   EXPECT_EQ(i.settings.cooldown_seconds, 10u);
   EXPECT_EQ(i.settings.max_ops_per_hour, 6u);
+  EXPECT_EQ(i.settings.window_seconds, 120u);
   ASSERT_EQ(i.pools.size(), 2u);
   EXPECT_EQ(i.pools[0].name, "maas-p1");
   EXPECT_EQ(i.pools[0].tier, TierId::kP1);
@@ -278,7 +281,7 @@ TEST(ConfigTest, InfusionPoolsAndSettings) {
   EXPECT_EQ(i.pools[0].min_replicas, 1u);
   EXPECT_EQ(i.pools[0].max_replicas, 8u);
   EXPECT_EQ(i.pools[0].drain_grace_seconds, 20u);
-  EXPECT_EQ(i.pools[0].line, 8u);
+  EXPECT_EQ(i.pools[0].line, 9u);
   EXPECT_EQ(i.pools[1].tier, TierId::kP3);  // keys case-insensitive, defaults below
   EXPECT_EQ(i.pools[1].gpus_per_replica, 1u);
   EXPECT_EQ(i.pools[1].max_replicas, 1u);
@@ -320,6 +323,8 @@ TEST(ConfigTest, InfusionPoolsAndSettings) {
        "that grew would shrink at once"},
       {"InfusionCooldown=soon", nullptr},
       {"InfusionMaxPerHour=0", nullptr},
+      {"InfusionWindow=0s", nullptr},
+      {"InfusionWindow=2h", nullptr},
   };
   for (const Case& c : cases) {
     auto e = parse_config(c.text, "f.conf");

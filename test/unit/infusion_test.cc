@@ -105,3 +105,95 @@ TEST(InfusionTest, GuaranteedWorkWaitingTakesP1BackAtOnce) {
 
 }  // namespace
 }  // namespace planc
+
+namespace planc {
+namespace {
+
+TEST(IdleWindowTest, TimeWeightedOverTheWindowAndNothingUntilCovered) {
+  IdleWindow w;
+  EXPECT_FALSE(w.measure(100, 60));
+  w.observe(100, 32, 32);
+  EXPECT_FALSE(w.measure(130, 60)) << "one sample, half a window: nothing decided";
+  w.observe(130, 16, 32);
+  // 100..130 all 32 idle, 130..160 16 idle: 24 on average.
+  auto m = w.measure(160, 60);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->idle_gpus, 24u);
+  EXPECT_EQ(m->pool_gpus, 32u);
+  // Later, only the last 60 s count: 16 idle since 130.
+  w.observe(200, 16, 32);
+  EXPECT_EQ(w.measure(220, 60)->idle_gpus, 16u);
+  // A dip that lasted 6 s of 60 barely moves it.
+  w.observe(220, 0, 32);
+  w.observe(226, 16, 32);
+  EXPECT_EQ(w.measure(280, 60)->idle_gpus, 14u);  // (54 x 16) / 60 = 14.4
+  // Idle never counts above the pool.
+  IdleWindow v;
+  v.observe(0, 40, 32);
+  EXPECT_EQ(v.measure(10, 10)->idle_gpus, 32u);
+}
+
+TEST(InfusedMarkTest, WrittenAndReadBack) {
+  const std::string m = infused_mark("maas-guaranteed", TierId::kP1, 30);
+  EXPECT_EQ(m,
+            "[planc:infused] pool maas-guaranteed: a replica capacity infusion added (P1, drain "
+            "grace 30 s)");
+  auto r = read_infused_mark(m);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->pool, "maas-guaranteed");
+  EXPECT_EQ(r->tier, TierId::kP1);
+  EXPECT_EQ(r->drain_grace_seconds, 30u);
+  r = read_infused_mark(infused_mark("spot", TierId::kP3, 0) + " | other text");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->pool, "spot");
+  EXPECT_EQ(r->tier, TierId::kP3);
+  EXPECT_EQ(r->drain_grace_seconds, 0u);
+  EXPECT_FALSE(read_infused_mark("[planc:market] bid 9.00 CNY/card-hour"));
+  EXPECT_FALSE(read_infused_mark("my job " + m)) << "the mark is at the front";
+  EXPECT_FALSE(read_infused_mark("[planc:infused] pool "));
+  EXPECT_FALSE(read_infused_mark(m.substr(0, m.size() - 3)));  // torn: no grace
+}
+
+TEST(InfusionTest, NewSettingsKeepTheOperationsDone) {
+  InfusionController c{InfusionSettings{}};
+  auto d = c.decide(0, 2, 32, false, pools(0, 0));
+  c.done(0, d);
+  InfusionSettings s;
+  s.cooldown_seconds = 10;
+  c.configure(s);
+  EXPECT_EQ(c.ops_last_hour(5), 1u);
+  EXPECT_EQ(c.next_allowed(5), 10);
+}
+
+}  // namespace
+}  // namespace planc
+
+namespace planc {
+namespace {
+
+// Idle that swings across the P1 threshold every sample for two hours: the
+// pool grows and shrinks, but never more than 4 times in any hour, and
+// never closer than the cooldown.
+TEST(InfusionTest, FlappingIdleGivesAtMostFourOperationsAnHour) {
+  InfusionController c{InfusionSettings{}};
+  std::vector<ServingPool> p = {{"api", TierId::kP1, 1, 0, 8, 0}};
+  std::vector<time_t> ops;
+  for (time_t t = 0; t < 2 * 3600; t += 5) {
+    const uint32_t idle = (t / 5) % 2 ? 3 : 1;  // 9.4% then 3.1% of 32
+    auto d = c.decide(t, idle, 32, false, p);
+    if (d.action == InfusionAction::kNone) continue;
+    p[0].replicas += d.action == InfusionAction::kGrow ? 1 : -1;
+    c.done(t, d);
+    ops.push_back(t);
+  }
+  ASSERT_GE(ops.size(), 8u);  // it did act: 4 an hour, both hours
+  for (size_t i = 0; i < ops.size(); i++) {
+    if (i) EXPECT_GE(ops[i] - ops[i - 1], 300);
+    size_t in_hour = 0;
+    for (time_t o : ops) in_hour += o > ops[i] - 3600 && o <= ops[i];
+    EXPECT_LE(in_hour, 4u) << "at " << ops[i];
+  }
+}
+
+}  // namespace
+}  // namespace planc
