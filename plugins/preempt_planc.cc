@@ -21,6 +21,7 @@
 
 #include <exception>
 
+#include "common/infusion.h"
 #include "common/preempt_policy.h"
 #include "plugins/planc_shared.h"
 #include "plugins/worker_thread.h"
@@ -92,7 +93,12 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
     const Policy& pol = policy(*g);
     const Tier* ee = planc::slurm::job_tier(pol.tiers, preemptee);
     const Tier* er = planc::slurm::job_tier(pol.tiers, preemptor);
-    if (!ee || !er || !pol.config->tiers.can_preempt(er->id, ee->id)) return false;
+    if (!ee || !er) return false;
+    if (!pol.config->tiers.can_preempt(er->id, ee->id) &&
+        !(ee->id == TierId::kP1 &&
+          planc::reclaims_replica(er->id, planc::slurm::infused_mark_of(preemptor).has_value(),
+                                  ee->id, planc::slurm::infused_mark_of(preemptee).has_value())))
+      return false;
     g->last_preemptor = preemptor->job_id;
     g->last_preemptor_tier = er->id;
     if (!g->in_ledger.maybe_contains(preemptee->job_id)) return true;
@@ -120,6 +126,8 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         uint16_t mode = PREEMPT_MODE_OFF;
         if (t && t->preemptible)
           mode = planc::slurm::requeues(job_ptr) ? PREEMPT_MODE_REQUEUE : PREEMPT_MODE_CANCEL;
+        else if (t && t->id == TierId::kP1 && planc::slurm::infused_mark_of(job_ptr))
+          mode = PREEMPT_MODE_CANCEL;  // a reclaimed replica: the pool grows again when idle
         *static_cast<uint16_t*>(data) = mode;
         return SLURM_SUCCESS;
       }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <exception>
 
+#include "common/infusion.h"
 #include "common/preempt_policy.h"
 #include "common/state_file.h"
 #include "plugins/planc_shared.h"
@@ -373,7 +374,16 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
   e.when = time(nullptr);
   e.grace_seconds = victim->grace_seconds;
   e.requeue = planc::slurm::requeues(job);
-  if (p.last_preemptor && cfg.tiers.can_preempt(p.last_preemptor_tier, victim->id)) {
+  // A P1 replica capacity infusion added, reclaimed for guaranteed work:
+  // its pool's drain grace, never requeued (issue 16).
+  const auto replica =
+      victim->id == TierId::kP1 ? planc::slurm::infused_mark_of(job) : std::nullopt;
+  if (replica) {
+    e.grace_seconds = replica->drain_grace_seconds;
+    e.requeue = false;
+  }
+  if (p.last_preemptor && (cfg.tiers.can_preempt(p.last_preemptor_tier, victim->id) ||
+                           (replica && !cfg.tiers.tier(p.last_preemptor_tier).preemptible))) {
     e.preemptor_job = p.last_preemptor;
     e.preemptor_tier = p.last_preemptor_tier;
   }

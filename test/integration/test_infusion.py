@@ -137,3 +137,61 @@ def test_idle_grows_the_pools_within_the_cooldown_and_the_hourly_limit(infusion)
     assert f"replica {drained}: SIGTERM at " in out and ", draining" in out, out
     c.run("scancel", *p0, check=True)
 
+
+def test_a_p0_job_takes_infused_replicas_back_within_40_s(infusion):
+    """gpu2 runs an ordinary P1 job, gpu3 and gpu4 P3 jobs; infusion grows
+    the P1 pool into gpu1's 8 idle GPUs (two 4-GPU replicas, kept by
+    MinReplicas).  A P0 job for gpu1 preempts both replicas with the pool's
+    drain grace (5 s): each sees SIGTERM, drains, ends; the P0 job starts
+    within the policy's 40 s of its submission, by slurmctld's own
+    timestamps.  A P0 job for gpu2 finds only the ordinary P1 job there:
+    it is never preempted, and the P0 job waits."""
+    c = infusion
+    c.cancel_all()
+    c.reload_planc_conf([])
+    p1, p = c.sbatch("-A", "acct-api", "--qos=p1-guaranteed", "-w", "gpu2", "--gres=gpu:8",
+                     "--wrap", "sleep 600", user="pccarol")
+    assert p1, p.stderr
+    spot = []
+    for node in ("gpu3", "gpu4"):
+        j, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "-w", node, "--gres=gpu:8", "--wrap",
+                        "sleep 600", user="pcbob")
+        assert j, p.stderr
+        spot.append(j)
+    c.wait_for("the P1 and P3 jobs to run",
+               lambda: all(c.state(j) == "RUNNING" for j in [p1] + spot), timeout=60)
+    offset = c.log_offset()
+    pool = (f"Pool=api Tier=P1 Account=acct-api User=root Script={SERVE} GpusPerReplica=4 "
+            "MinReplicas=2 MaxReplicas=2 DrainGrace=5s")
+    c.reload_planc_conf(SETTINGS[:-2] + [pool])
+    c.wait_for("two replicas running", lambda: (lambda r: r if len(r) == 2 and all(
+        v[4] == "RUNNING" for v in r.values()) else None)(replicas(c)), timeout=90)
+    reps = replicas(c)
+    assert all(c.squeue_field(j, "%N") == "gpu1" for j in reps), reps
+    assert len(operations(c.log_since(offset))) == 2
+
+    p0, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "-w", "gpu1", "--gres=gpu:8", "--wrap",
+                     "sleep 600", user="pcalice")
+    assert p0, p.stderr
+    c.wait_for("the P0 job to run", lambda: c.state(p0) == "RUNNING", timeout=60)
+    job = c.show_job(p0)
+    waited = (datetime.fromisoformat(job["StartTime"]) -
+              datetime.fromisoformat(job["SubmitTime"])).total_seconds()
+    print(f"P0 job {p0}: submitted {job['SubmitTime']}, started {job['StartTime']}: {waited:.0f} s")
+    assert waited <= 40, job
+    log = c.log_since(offset)
+    for r in reps:
+        assert re.search(rf"preempt/planc: JobId={r} \(P1\) preempted by JobId={p0} \(P0\), grace "
+                         r"5 s, cancel", log), log
+        c.wait_for(f"replica {r} to end", lambda: c.state(r) == "GONE", timeout=30)
+        out = open(f"/root/planc-pool-api-{r}.out").read()
+        assert f"replica {r}: SIGTERM at " in out and ", draining" in out, out
+    # The ordinary P1 job is never a victim: a P0 job for its node waits
+    # while the scheduler looks, and it keeps running.
+    p0b, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "-w", "gpu2", "--gres=gpu:8",
+                      "--wrap", "sleep 600", user="pcalice")
+    assert p0b, p.stderr
+    c.scheduler_looked(main=3, backfill=2)
+    assert c.state(p0b) == "PENDING" and c.state(p1) == "RUNNING"
+    assert not re.search(rf"JobId={p1} \(P1\) preempted", c.log_since(offset))
+    c.cancel_all()
