@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "common/infusion.h"
 #include "common/market.h"
 
 namespace planc {
@@ -107,6 +108,12 @@ Bill price_segment(const PlancConfig& cfg, const Segment& seg) {
     b.note += "P2 market: cards at the " + std::string(how) + " " + format_micros(*matched) + " " +
               b.currency + "/card-hour; ";
   }
+  // A serving replica capacity infusion added (common/infusion.h): billed
+  // to its pool's own account at its tier's price, the platform's internal
+  // cost of what infusion served; the note says so for the report.
+  if (auto r = read_infused_mark(seg.admin_comment))
+    b.note += "capacity infusion: a replica of pool " + r->pool + ", internal cost of account " +
+              seg.account + "; ";
   b.core_seconds = static_cast<int64_t>(seg.cpus) * b.billable_seconds;
   b.mem_mib_seconds = static_cast<int64_t>(seg.mem_mib) * b.billable_seconds;
 

@@ -128,6 +128,23 @@ TEST(BillingTest, AP2RunMatchedInTheMarketPaysItsMatchedPriceForCards) {
   EXPECT_EQ(price_segment(cfg, s).amount_micros, 0);
 }
 
+TEST(BillingTest, AnInfusedReplicaIsItsPoolAccountsInternalCost) {
+  PlancConfig cfg;
+  Segment s = seg("p1-guaranteed", 3600, {{"gpu", "h800", 4}}, 8, 32768);
+  s.account = "maas";
+  s.admin_comment =
+      "[planc:infused] pool maas-guaranteed: a replica capacity infusion added (P1, drain grace "
+      "30 s)";
+  Bill b = price_segment(cfg, s);
+  Segment plain = s;
+  plain.admin_comment.clear();
+  EXPECT_EQ(b.amount_micros, price_segment(cfg, plain).amount_micros);  // its tier's price
+  EXPECT_EQ(
+      b.note,
+      "capacity infusion: a replica of pool maas-guaranteed, internal cost of account maas; ");
+  EXPECT_EQ(price_segment(cfg, plain).note, "");
+}
+
 TEST(BillingTest, ZeroByArithmeticSaysWhy) {
   struct Case {
     const char* name;
