@@ -356,6 +356,12 @@ void sample_job(const QosTierCache& tiers, int gpu_pos, const std::vector<std::s
   const Tier* t = job_tier(tiers, job);
   if (!t) return;
   if (watched(job, t)) out->watch.push_back(job->job_id);
+  const uint32_t requested =
+      gpu_pos >= 0 && job->tres_req_cnt ? static_cast<uint32_t>(job->tres_req_cnt[gpu_pos]) : 0;
+  auto replica = infused_mark_of(job);
+  if (replica)
+    out->infusion.replicas.push_back({job->job_id, std::move(replica->pool), run, requested});
+  if (run && job->preempt_time) out->infusion.preempting_gpus += requested;
   if (!t->preemptible) {
     if (run) {
       out->guaranteed_running.push_back({job->job_id, t->id, job->start_time,
@@ -363,8 +369,10 @@ void sample_job(const QosTierCache& tiers, int gpu_pos, const std::vector<std::s
                                          job->details ? job->details->submit_time : 0});
     } else {
       out->guaranteed_pending.push_back(job->job_id);
-      if (const char* reason = held_back_reason(job))
-        out->guaranteed_held.push_back({job->job_id, reason});
+      const char* reason = held_back_reason(job);
+      if (reason) out->guaranteed_held.push_back({job->job_id, reason});
+      if (!replica && (!reason || std::strcmp(reason, "limit") == 0))
+        out->infusion.guaranteed_waiting_gpus += requested;
     }
   }
   if (!run) return;
@@ -394,7 +402,8 @@ JobIdSpace job_id_space() {
 }
 
 void sample_jobs(const QosTierCache& tiers, int gpu_pos, const std::vector<uint32_t>& tracked,
-                 const JobWatch::Plan& plan, JobSample* out) {
+                 const JobWatch::Plan& plan, const std::vector<uint32_t>& replica_ids,
+                 JobSample* out) {
   PoolUsage& u = out->pool;
   std::vector<std::string> node_types;
   if (gpu_pos >= 0) {
@@ -419,6 +428,22 @@ void sample_jobs(const QosTierCache& tiers, int gpu_pos, const std::vector<uint3
       for (uint64_t id = r.first; id <= r.last; id++)
         if (!std::binary_search(plan.ids.begin(), plan.ids.end(), static_cast<uint32_t>(id)))
           sample_job_id(tiers, gpu_pos, node_types, static_cast<uint32_t>(id), out);
+  }
+  // Pending replicas of a spot tier are not watched: looked up by id.
+  if (!replica_ids.empty()) {
+    std::vector<uint32_t> seen;
+    for (const ReplicaJob& r : out->infusion.replicas) seen.push_back(r.job_id);
+    std::sort(seen.begin(), seen.end());
+    for (uint32_t id : replica_ids) {
+      if (std::binary_search(seen.begin(), seen.end(), id)) continue;
+      const job_record_t* job = find_job_record(id);
+      if (!job || !IS_JOB_PENDING(job)) continue;
+      if (auto mark = infused_mark_of(job))
+        out->infusion.replicas.push_back({id, std::move(mark->pool), false,
+                                          gpu_pos >= 0 && job->tres_req_cnt
+                                              ? static_cast<uint32_t>(job->tres_req_cnt[gpu_pos])
+                                              : 0});
+    }
   }
   for (uint32_t id : tracked) {
     const job_record_t* job = find_job_record(id);
@@ -564,29 +589,6 @@ std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_pos) {
 std::optional<InfusedMark> infused_mark_of(const job_record_t* job) {
   if (!job || !job->admin_comment || job->admin_comment[0] != '[') return std::nullopt;
   return read_infused_mark(job->admin_comment);
-}
-
-InfusionJobs infusion_jobs(const QosTierCache& tiers, int gpu_pos) {
-  InfusionJobs out;
-  ListIterator it = list_iterator_create(job_list);
-  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
-    const bool pending = IS_JOB_PENDING(job);
-    if (!pending && !IS_JOB_RUNNING(job)) continue;
-    const uint32_t gpus =
-        gpu_pos >= 0 && job->tres_req_cnt ? static_cast<uint32_t>(job->tres_req_cnt[gpu_pos]) : 0;
-    if (!pending && job->preempt_time) out.preempting_gpus += gpus;
-    if (auto mark = infused_mark_of(job)) {
-      out.replicas.push_back({job->job_id, std::move(mark->pool), !pending, gpus});
-      continue;
-    }
-    if (!pending || !gpus) continue;
-    const Tier* t = job_tier(tiers, job);
-    if (!t || t->preemptible) continue;
-    const char* held = held_back_reason(job);
-    if (!held || std::strcmp(held, "limit") == 0) out.guaranteed_waiting_gpus += gpus;
-  }
-  list_iterator_destroy(it);
-  return out;
 }
 
 uint32_t submit_replica(const PoolConfig& pool, const std::string& qos,

@@ -157,8 +157,26 @@ std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id);
 //                 back by their own limits with the reason;
 //   watch         the ids to keep watching: running in a tier, or pending
 //                 in a guaranteed one;
-//   visited       job records looked at; walked: whether it walked them all.
+//   visited       job records looked at; walked: whether it walked them all;
+//   infusion      what capacity infusion's controller needs (below); the
+//                 pending P3 replicas are not watched: `replica_ids` (the
+//                 replicas the controller knows of) are looked up too.
 // REQUIRES the job and node read locks.
+// A pending or running job with an infused mark (common/infusion.h).
+struct ReplicaJob {
+  uint32_t job_id = 0;
+  std::string pool;
+  bool running = false;
+  uint32_t gpus = 0;  // requested (tres_req_cnt at `gpu_tres_pos`)
+};
+// The replicas, and the GPUs that guaranteed (P0, P1) jobs other than
+// replicas wait for (pending, not held, not waiting on a dependency or
+// their --begin; a limit counts: the 80% cap is one).
+struct InfusionJobs {
+  std::vector<ReplicaJob> replicas;
+  uint64_t guaranteed_waiting_gpus = 0;
+  uint64_t preempting_gpus = 0;  // held by running jobs in their preemption grace
+};
 struct JobSample {
   std::vector<RunningSpotJob> spot_running;
   std::map<uint32_t, time_t> spot_ended;
@@ -169,9 +187,11 @@ struct JobSample {
   std::vector<uint32_t> watch;
   uint64_t visited = 0;
   bool walked = false;
+  InfusionJobs infusion;
 };
 void sample_jobs(const QosTierCache& tiers, int gpu_tres_pos, const std::vector<uint32_t>& tracked,
-                 const JobWatch::Plan& plan, JobSample* out);
+                 const JobWatch::Plan& plan, const std::vector<uint32_t>& replica_ids,
+                 JobSample* out);
 
 // slurmctld's next job id (not taken) and its FirstJobId and MaxJobId.
 // REQUIRES the job and federation read locks.
@@ -247,23 +267,6 @@ std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_tres_pos);
 
 // --- capacity infusion (slurmctld/planc) ---------------------------------------
 
-// A pending or running job with an infused mark (common/infusion.h).
-struct ReplicaJob {
-  uint32_t job_id = 0;
-  std::string pool;
-  bool running = false;
-  uint32_t gpus = 0;  // requested (tres_req_cnt at `gpu_tres_pos`)
-};
-// What the controller reads: the replicas, and the GPUs that guaranteed
-// (P0, P1) jobs other than replicas wait for (pending, not held, not
-// waiting on a dependency or their --begin; a limit counts: the 80% cap is
-// one).  REQUIRES the job read lock.  One walk of the job list.
-struct InfusionJobs {
-  std::vector<ReplicaJob> replicas;
-  uint64_t guaranteed_waiting_gpus = 0;
-  uint64_t preempting_gpus = 0;  // held by running jobs in their preemption grace
-};
-InfusionJobs infusion_jobs(const QosTierCache& tiers, int gpu_tres_pos);
 // The infused mark in the job's AdminComment, if any.  REQUIRES the job
 // read lock; a pointer test and a prefix compare for any other job.
 std::optional<InfusedMark> infused_mark_of(const job_record_t* job);
