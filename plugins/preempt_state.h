@@ -65,6 +65,10 @@ struct Plugin {
   // its fallback tier once it is pending again.
   // Job id -> the restart count of the run that was preempted.
   std::map<uint32_t, uint32_t> fallbacks GUARDED_BY(mu);
+  // Preempted P2 jobs matched in a market round, being requeued: the
+  // worker holds each for the next round once it is pending again (issue
+  // 15).  Job id -> the restart count of the run that was preempted.
+  std::map<uint32_t, uint32_t> rebids GUARDED_BY(mu);
   // The jobs the ledger may hold, readable without mu by the hot paths.
   // Written under mu.
   planc::LedgerFilter in_ledger;

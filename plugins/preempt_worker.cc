@@ -214,6 +214,39 @@ std::vector<uint32_t> fall_back(Plugin& p, const std::vector<std::pair<uint32_t,
   return settled;
 }
 
+// Matched P2 jobs requeued by a preemption: held for the next round.
+std::vector<uint32_t> rebid(Plugin& p, const std::vector<std::pair<uint32_t, uint32_t>>& ids) {
+  using K = planc::slurm::RebidResult::Kind;
+  const planc::PlancConfig& cfg = *policy(p).config;
+  std::vector<std::pair<uint32_t, planc::slurm::RebidResult>> results;
+  slurmctld_lock_t locks = planc::slurm::job_update_locks();
+  lock_slurmctld(locks);
+  for (const auto& [id, run] : ids)
+    results.emplace_back(id, planc::slurm::hold_for_rebid(cfg, id, run, time(nullptr)));
+  unlock_slurmctld(locks);
+  std::vector<uint32_t> settled;
+  for (const auto& [id, r] : results) {
+    if (r.kind == K::kNotYet) continue;
+    settled.push_back(id);
+    if (r.kind == K::kHeld)
+      info(
+          "%s: JobId=%u: preempted after its market match: requeued and held for the next round "
+          "(it bids again)",
+          plugin_type, id);
+    else if (r.kind == K::kFailed)
+      error(
+          "%s: JobId=%u: preempted after its market match: the hold for the next round failed: "
+          "%s; it may run again at its old price",
+          plugin_type, id, r.why.c_str());
+    else if (r.kind == K::kMissed)
+      error(
+          "%s: JobId=%u: preempted after its market match, it started again before it could be "
+          "held for the next round (at its old price)",
+          plugin_type, id);
+  }
+  return settled;
+}
+
 // Forgets the counts of jobs that have ended.
 void forget_ended_jobs(Plugin& p) {
   std::vector<uint32_t> ids;
@@ -283,7 +316,7 @@ void run_worker(Plugin* pp) {
   bool first_snapshot_written = false;
   planc::MutexLock l(p.mu);
   while (!p.stop) {
-    bool busy = p.tracker.busy() || p.tracker.dirty() || !p.fallbacks.empty();
+    bool busy = p.tracker.busy() || p.tracker.dirty() || !p.fallbacks.empty() || !p.rebids.empty();
     p.worker_idle = !busy;
     // The wait runs on the steady clock, as the other plugins' do: a step
     // of the wall clock (NTP on a machine just booted) neither stalls the
@@ -332,6 +365,13 @@ void run_worker(Plugin* pp) {
       std::vector<uint32_t> settled = fall_back(p, ids);
       l.lock();
       for (uint32_t id : settled) p.fallbacks.erase(id);
+    }
+    if (!p.rebids.empty()) {
+      std::vector<std::pair<uint32_t, uint32_t>> ids(p.rebids.begin(), p.rebids.end());
+      l.unlock();
+      std::vector<uint32_t> settled = rebid(p, ids);
+      l.lock();
+      for (uint32_t id : settled) p.rebids.erase(id);
     }
     if (std::chrono::steady_clock::now() - last_metrics >= kMetricsInterval) {
       l.unlock();
@@ -401,15 +441,19 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
   // A --spot-fallback job to be requeued: the worker moves it to its
   // guaranteed tier once it is pending again (rare: woken at once).
   const bool fallback = e.requeue && planc::slurm::fallback_pending(job);
+  // A P2 job matched in a market round bids again after its requeue.
+  const bool rebid = e.requeue && !fallback && victim->id == TierId::kP2 && cfg.market.enabled &&
+                     planc::slurm::market_matched(job);
   bool wake;
   {
     planc::MutexLock l(p.mu);
     if (fallback) p.fallbacks[job->job_id] = job->restart_cnt;
+    if (rebid) p.rebids[job->job_id] = job->restart_cnt;
     e = p.tracker.start(e, now_ms());
     p.preemptions_started[planc::tier_index(victim->id)]++;
     p.in_ledger.add(job->job_id);
     if (kill) p.kill_orders[job->job_id] = std::move(*kill);
-    wake = e.grace_seconds || p.worker_idle || fallback;
+    wake = e.grace_seconds || p.worker_idle || fallback || rebid;
     if (wake) {
       p.wake = true;
       p.worker_idle = false;

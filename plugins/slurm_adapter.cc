@@ -543,6 +543,36 @@ FallbackResult apply_fallback(const PlancConfig& cfg, const QosTierCache& tiers,
   return r;
 }
 
+bool market_matched(const job_record_t* job) {
+  if (!job->admin_comment) return false;
+  auto m = read_market_mark(job->admin_comment);
+  return m && m->matched && !m->locked;
+}
+
+RebidResult hold_for_rebid(const PlancConfig& cfg, uint32_t job_id, uint32_t run, time_t now) {
+  using K = RebidResult::Kind;
+  RebidResult r;
+  job_record_t* job = find_job_record(job_id);
+  if (!job || IS_JOB_FINISHED(job)) return r;
+  if (!IS_JOB_PENDING(job)) {
+    r.kind = job->restart_cnt > run                      ? K::kMissed
+             : IS_JOB_RUNNING(job) && !job->preempt_time ? K::kGone
+                                                         : K::kNotYet;
+    return r;
+  }
+  const std::string comment = str(job->admin_comment);
+  auto mark = read_market_mark(comment);
+  if (!mark || !mark->matched || mark->locked) return r;
+  const time_t interval = cfg.market.interval_seconds ? cfg.market.interval_seconds : 1;
+  const std::string waiting = with_market_mark(
+      comment,
+      market_mark_waiting(mark->bid, cfg.prices.currency, (now / interval + 1) * interval));
+  int rc = hold_job_as_slurm_user(job_id, waiting.c_str());
+  r.kind = rc == SLURM_SUCCESS ? K::kHeld : K::kFailed;
+  if (rc != SLURM_SUCCESS) r.why = slurm_strerror(rc);
+  return r;
+}
+
 int release_job_as_slurm_user(uint32_t job_id, const char* comment) {
   return update_as_slurm_user(job_id, nullptr, comment, INFINITE);
 }

@@ -504,3 +504,41 @@ def test_one_market_per_gpu_type(typed_market):
     assert rows == [["a100", "8", "8", "10000000", "12000000", "10000000", "1", "1"],
                     ["h800", "8", "8", "10000000", "20000000", "16000000", "2", "1"]], rows
     c.cancel_all()
+
+
+def test_a_matched_job_preempted_and_requeued_bids_again(typed_market):
+    """A P2 bid matched in a round keeps its price for that run only: a P0
+    job for the H800 node preempts it, and once requeued it is held for
+    the next round with its mark back to waiting; it wins again only when
+    the H800 node is free, in a later round."""
+    c = typed_market
+    c.cancel_all()
+    last = next_round(c, None)["MarketLastRound"]
+    j, p = c.sbatch("-A", "acct-spot", "--qos=p2-spot", "--gres=gpu:h800:8", "--bid=15", "--wrap",
+                    "sleep 600", user="pcbob")
+    assert j, p.stderr
+    first = next_round(c, last)["MarketLastRound"]
+    c.wait_for("the bid to run", lambda: c.state(j) == "RUNNING", timeout=60)
+    assert admin_comment(c, j) == (
+        f"[planc:market] bid 15.00 CNY/card-hour; matched at 10.00 CNY/card-hour in the round at "
+        f"{first}"), admin_comment(c, j)
+    offset = c.log_offset()
+    p0, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--gres=gpu:h800:8", "--wrap",
+                     "sleep 600", user="pcalice")
+    assert p0, p.stderr
+    c.wait_for("the P0 job to run", lambda: c.state(p0) == "RUNNING", timeout=90)
+    c.wait_for("the requeued bid held for the next round", lambda: admin_comment(c, j).startswith(
+        "[planc:market] bid 15.00 CNY/card-hour; waiting for the round at "), timeout=30)
+    assert c.state(j) == "PENDING" and c.squeue_field(j, "%r") == "JobHeldAdmin"
+    assert (f"preempt/planc: JobId={j}: preempted after its market match: requeued and held for "
+            "the next round (it bids again)") in c.log_since(offset)
+    # The H800 node is the P0 job's: the rounds find no room for it.
+    r = next_round(c, next_round(c, None)["MarketLastRound"])
+    assert c.state(j) == "PENDING"
+    assert "not matched (no room; " in admin_comment(c, j), admin_comment(c, j)
+    c.run("scancel", p0, check=True)
+    c.wait_for("the bid to win a later round and run", lambda: c.state(j) == "RUNNING", timeout=90)
+    m = re.match(r"\[planc:market\] bid 15\.00 CNY/card-hour; matched at 10\.00 CNY/card-hour in "
+                 r"the round at (\S+)( \| |$)", admin_comment(c, j))
+    assert m and m.group(1) not in (first, r["MarketLastRound"]), admin_comment(c, j)
+    c.cancel_all()
