@@ -95,7 +95,9 @@ sacct_segments.csv: the same runs as slurmdbd has them, from
   (the bill's gpu_cards).
 - Wait per tier: first start - eligible, trace seconds, p50 and p99 over
   jobs that started (percentiles: nearest rank); the longest P3 wait
-  counts a job that never started up to `end`.
+  counts a job that never started up to `end`.  For P2 also from
+  submission (a bid held for its market round is not eligible until the
+  round releases it), and the P2 jobs that never started.
 - Lost GPU-hours: gpu_cards x length of preempted segments (the README's
   "unfinished preempted time"), per tier; P2 jobs checkpoint, so theirs is
   lost runtime rather than lost work.
@@ -384,6 +386,15 @@ def compute_kpis(run: Run) -> Dict[str, object]:
         out[f"wait_p50_{tier}"] = percentile(waits, 50)
         out[f"wait_p99_{tier}"] = percentile(waits, 99)
         out[f"waits_{tier}"] = waits
+        # From submission: a P2 bid held for its market round is not
+        # eligible until the round releases it, so only this counts the
+        # rounds it waited (the same as the above without the market).
+        sub = [run.trace(j["first_start"] - j["submit"]) for j in run.jobs
+               if j["tier"] == tier and j["first_start"] is not None]
+        out[f"wait_sub_p50_{tier}"] = percentile(sub, 50)
+        out[f"wait_sub_p99_{tier}"] = percentile(sub, 99)
+        out[f"never_started_{tier}"] = sum(1 for j in run.jobs
+                                           if j["tier"] == tier and j["first_start"] is None)
     longest, never = None, False
     for j in run.jobs:
         if j["tier"] != "P3":
@@ -580,7 +591,10 @@ KPIS = (
     ("utilisation", "GPU utilisation", "ratio", (">=", 0.80), ("<", 0.60)),
     ("guaranteed_peak_share", "P0+P1 peak share of the GPUs (cap)", "ratio", ("<=", 0.80), None),
 ) + tuple((f"wait_p{p}_{t}", f"Wait p{p} {t}", "seconds", None, None)
-         for t in TIERS for p in (50, 99)) + (
+         for t in TIERS for p in (50, 99)) + tuple(
+    (f"wait_sub_p{p}_P2", f"Wait p{p} P2 from submission (the market's rounds too)", "seconds",
+     None, None) for p in (50, 99)) + (
+    ("never_started_P2", "P2 jobs never started (e.g. bids never matched)", "count", None, None),
     ("p3_longest_wait", "Longest P3 wait", "seconds", None, None),
     ("lost_gpu_hours", "Lost GPU-hours (preempted segments)", "number", None, None),
     ("lost_gpu_hours_P2", "Lost GPU-hours, P2 (checkpointed: lost runtime)", "number", None, None),
