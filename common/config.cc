@@ -378,6 +378,9 @@ class Parser {
   bool set_infusion_window(const Pair& p) {
     return duration_value(p, 1, 3600, &cfg_.infusion.settings.window_seconds);
   }
+  bool set_infusion_limit_window(const Pair& p) {
+    return duration_value(p, 1, 86400, &cfg_.infusion.settings.limit_window_seconds);
+  }
 
   bool pool_line(const std::vector<Pair>& pairs) {
     PoolConfig pool;
@@ -433,6 +436,14 @@ class Parser {
   bool set_pool_max(const Pair& p) { return uint_value(p, 1, 10000, &pool_->max_replicas); }
   bool set_pool_drain(const Pair& p) {
     return duration_value(p, 0, 3600, &pool_->drain_grace_seconds);
+  }
+  bool set_pool_output(const Pair& p) {
+    if (p.value.empty() || p.value[0] != '/')
+      return bad(p, "'" + p.value +
+                        "' is not an absolute path (where a replica's output goes, sbatch -o's "
+                        "patterns allowed, e.g. /var/log/planc-pools/%x-%j.out, or /dev/null)");
+    pool_->output = p.value;
+    return true;
   }
 
   // Across lines: the thresholds rise P1 < P3 < market, and the hysteresis
@@ -665,12 +676,14 @@ class Parser {
       {"InfusionCooldown", &Parser::set_cooldown},
       {"InfusionMaxPerHour", &Parser::set_max_per_hour},
       {"InfusionWindow", &Parser::set_infusion_window},
+      {"InfusionLimitWindow", &Parser::set_infusion_limit_window},
   };
   static constexpr Key kPoolKeys[] = {
       {"Tier", &Parser::set_pool_tier},           {"Account", &Parser::set_pool_account},
       {"User", &Parser::set_pool_user},           {"Script", &Parser::set_pool_script},
       {"GpusPerReplica", &Parser::set_pool_gpus}, {"MinReplicas", &Parser::set_pool_min},
       {"MaxReplicas", &Parser::set_pool_max},     {"DrainGrace", &Parser::set_pool_drain},
+      {"Output", &Parser::set_pool_output},
   };
   static constexpr Key kTierKeys[] = {
       {"QOS", &Parser::set_qos},

@@ -85,7 +85,8 @@ struct PoolConfig {
   uint32_t gpus_per_replica = 1;
   uint32_t min_replicas = 0, max_replicas = 1;
   uint32_t drain_grace_seconds = 30;  // SIGTERM to kill when the pool shrinks
-  size_t line = 0;                    // planc.conf line, for messages
+  std::string output;  // replica's stdout (sbatch -o); empty: <home>/planc-pool-<name>-%j.out
+  size_t line = 0;     // planc.conf line, for messages
 };
 
 struct InfusionConfig {

@@ -88,7 +88,7 @@ void InfusionController::forget_before(time_t t) {
 
 uint32_t InfusionController::ops_last_hour(time_t now) const {
   return static_cast<uint32_t>(
-      std::count_if(ops_.begin(), ops_.end(), [&](time_t t) { return t > now - kHour; }));
+      std::count_if(ops_.begin(), ops_.end(), [&](time_t t) { return t > now - limit_window(); }));
 }
 
 time_t InfusionController::next_allowed(time_t now) const {
@@ -96,8 +96,9 @@ time_t InfusionController::next_allowed(time_t now) const {
   if (!ops_.empty()) at = std::max(at, ops_.back() + static_cast<time_t>(s_.cooldown_seconds));
   if (s_.max_ops_per_hour && ops_last_hour(now) >= s_.max_ops_per_hour) {
     // The oldest operation inside the hour leaves it.
-    auto first = std::find_if(ops_.begin(), ops_.end(), [&](time_t t) { return t > now - kHour; });
-    if (first != ops_.end()) at = std::max(at, *first + kHour);
+    auto first =
+        std::find_if(ops_.begin(), ops_.end(), [&](time_t t) { return t > now - limit_window(); });
+    if (first != ops_.end()) at = std::max(at, *first + limit_window());
   }
   return at;
 }
@@ -105,7 +106,7 @@ time_t InfusionController::next_allowed(time_t now) const {
 InfusionDecision InfusionController::decide(time_t now, uint32_t idle_gpus, uint32_t pool_gpus,
                                             bool guaranteed_waiting,
                                             const std::vector<ServingPool>& pools) {
-  forget_before(now - kHour);
+  forget_before(now - std::max(limit_window(), kHour));
   InfusionDecision d;
   const uint32_t idle =
       pool_gpus ? static_cast<uint32_t>(uint64_t{idle_gpus} * 1000 / pool_gpus) : 0;

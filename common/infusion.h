@@ -51,6 +51,10 @@ struct InfusionSettings {
   uint32_t cooldown_seconds = 300;
   uint32_t max_ops_per_hour = 4;
   uint32_t window_seconds = 60;  // idle is measured over this long (InfusionWindow)
+  // The "hour" of InfusionMaxPerHour (InfusionLimitWindow): an hour, but
+  // shorter in a time-compressed replay (tools/planc-replay), as the
+  // other policy clocks are.
+  uint32_t limit_window_seconds = 3600;
 };
 
 // The idle GPUs over the last `seconds`, time-weighted from samples of
@@ -127,13 +131,15 @@ class InfusionController {
   // and the hourly limit, a reclaim does not.
   void done(time_t now, const InfusionDecision& d);
 
-  // For `scontrol show config`: operations in the hour before `now`, and
+  // For `scontrol show config`: operations in the hour (the limit's
+  // window) before `now`, and
   // when the next one may happen (now when nothing holds it).
   uint32_t ops_last_hour(time_t now) const;
   time_t next_allowed(time_t now) const;
 
  private:
   void forget_before(time_t t);
+  time_t limit_window() const { return s_.limit_window_seconds ? s_.limit_window_seconds : 3600; }
   InfusionSettings s_;
   std::deque<time_t> ops_;  // scale operations, oldest first
   bool above_market_ = false;

@@ -643,7 +643,9 @@ uint32_t submit_replica(const PoolConfig& pool, const std::string& qos,
   std::string name = "planc-pool-" + pool.name;
   std::string account = pool.account, qos_name = qos, comment = admin_comment;
   std::string dir = pw.pw_dir && pw.pw_dir[0] ? pw.pw_dir : "/";
-  std::string out = dir + (dir.back() == '/' ? "" : "/") + "planc-pool-" + pool.name + "-%j.out";
+  std::string out = !pool.output.empty() ? pool.output
+                                         : dir + (dir.back() == '/' ? "" : "/") + "planc-pool-" +
+                                               pool.name + "-%j.out";
   std::string gres = "gres:gpu:" + std::to_string(pool.gpus_per_replica);
   std::string argv0 = pool.script;
   std::vector<std::string> env = {

@@ -292,7 +292,7 @@ std::optional<InfusedMark> infused_mark_of(const job_record_t* job);
 // sbatch would as root with --uid: as the pool's user and account, in
 // `qos` (its tier's), with `admin_comment` (the infused mark: only
 // SlurmUser and root may set it), --gres=gpu:GpusPerReplica, not
-// requeued, its output in the user's home directory
+// requeued, its output in the pool's Output= or the user's home directory
 // (planc-pool-<name>-<jobid>.out), PLANC_POOL, PLANC_TIER and
 // PLANC_DRAIN_SECONDS in its environment.  job_submit/planc sees it as
 // any submission.  Call with NO slurmctld lock held: it waits for

@@ -189,12 +189,13 @@ int main(int argc, char** argv) {
     const planc::InfusionSettings& is = cfg.infusion.settings;
     std::printf(
         "Infusion=%s InfusionIdleP1=%s InfusionIdleP3=%s InfusionIdleMarket=%s "
-        "InfusionHysteresis=%s InfusionCooldown=%us InfusionMaxPerHour=%u InfusionWindow=%us\n",
+        "InfusionHysteresis=%s InfusionCooldown=%us InfusionMaxPerHour=%u InfusionWindow=%us "
+        "InfusionLimitWindow=%us\n",
         cfg.infusion.enabled ? "yes" : "no", planc::permille_text(is.p1_idle_permille).c_str(),
         planc::permille_text(is.p3_idle_permille).c_str(),
         planc::permille_text(is.market_idle_permille).c_str(),
         planc::permille_text(is.hysteresis_permille).c_str(), is.cooldown_seconds,
-        is.max_ops_per_hour, is.window_seconds);
+        is.max_ops_per_hour, is.window_seconds, is.limit_window_seconds);
     if (!cfg.infusion.pools.empty()) {
       std::printf("%-16s %-4s %-16s %-12s %-4s %-3s %-3s %-5s %s\n", "POOL", "TIER", "ACCOUNT",
                   "USER", "GPUS", "MIN", "MAX", "DRAIN", "SCRIPT");

@@ -258,7 +258,7 @@ TEST(ConfigTest, InfusionPoolsAndSettings) {
       "InfusionHysteresis=0.05\nInfusionCooldown=10s\nInfusionMaxPerHour=6\n"
       "InfusionWindow=2min\n"
       "Pool=maas-p1 Tier=P1 Account=acct-maas User=maas Script=/etc/slurm/serve.sh "
-      "GpusPerReplica=2 MinReplicas=1 MaxReplicas=8 DrainGrace=20s\n"
+      "GpusPerReplica=2 MinReplicas=1 MaxReplicas=8 DrainGrace=20s Output=/var/log/p/%j.out\n"
       "pool=maas-p3 tier=p3 account=acct-maas user=maas script=/x/serve.sh\n",
       "planc.conf");
   ASSERT_TRUE(r.ok()) << r.error();
@@ -281,6 +281,7 @@ TEST(ConfigTest, InfusionPoolsAndSettings) {
   EXPECT_EQ(i.pools[0].min_replicas, 1u);
   EXPECT_EQ(i.pools[0].max_replicas, 8u);
   EXPECT_EQ(i.pools[0].drain_grace_seconds, 20u);
+  EXPECT_EQ(i.pools[0].output, "/var/log/p/%j.out");
   EXPECT_EQ(i.pools[0].line, 9u);
   EXPECT_EQ(i.pools[1].tier, TierId::kP3);  // keys case-insensitive, defaults below
   EXPECT_EQ(i.pools[1].gpus_per_replica, 1u);
@@ -302,11 +303,14 @@ TEST(ConfigTest, InfusionPoolsAndSettings) {
       {"Pool=p Tier=P1 Account=a User=u Script=serve.sh",
        "f.conf:1: key 'Script': 'serve.sh' is not an absolute path (the batch script that "
        "starts one replica, e.g. /etc/slurm/planc-pools/serve.sh)"},
+      {"Pool=p Tier=P1 Account=a User=u Script=/s Output=logs/%j.out",
+       "f.conf:1: key 'Output': 'logs/%j.out' is not an absolute path (where a replica's output "
+       "goes, sbatch -o's patterns allowed, e.g. /var/log/planc-pools/%x-%j.out, or /dev/null)"},
       {"Pool=p Tier=P1 Account=a User=u Script=/s MinReplicas=3 MaxReplicas=2",
        "f.conf:1: key 'Pool': pool 'p': MinReplicas 3 is above MaxReplicas 2"},
       {"Pool=p Tier=P1 Account=a User=u Script=/s Colour=red",
        "f.conf:1: key 'Colour': unknown key on a Pool line (valid: Tier, Account, User, Script, "
-       "GpusPerReplica, MinReplicas, MaxReplicas, DrainGrace)"},
+       "GpusPerReplica, MinReplicas, MaxReplicas, DrainGrace, Output)"},
       {"Pool=p Tier=P1 Account=a User=u Script=/s\nPool=P Tier=P3 Account=a User=u Script=/s",
        "f.conf:2: key 'Pool': pool 'P' is described twice (first on line 1)"},
       {"InfusionIdleP1=5%",

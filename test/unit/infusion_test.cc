@@ -197,3 +197,28 @@ TEST(InfusionTest, FlappingIdleGivesAtMostFourOperationsAnHour) {
 
 }  // namespace
 }  // namespace planc
+
+namespace planc {
+namespace {
+
+TEST(InfusionTest, TheLimitsHourIsASettingForReplays) {
+  InfusionSettings s;
+  s.cooldown_seconds = 1;
+  s.limit_window_seconds = 30;  // a replay at k = 120: an hour of trace time
+  InfusionController c{s};
+  std::vector<ServingPool> p = {{"api", TierId::kP1, 1, 0, 8, 0}};
+  int ops = 0;
+  for (time_t t = 0; t < 30; t += 5) {
+    auto d = c.decide(t, 16, 32, false, p);
+    if (d.action == InfusionAction::kNone) continue;
+    p[0].replicas++;
+    c.done(t, d);
+    ops++;
+  }
+  EXPECT_EQ(ops, 4);  // at 0, 5, 10, 15; then the limit
+  EXPECT_EQ(c.next_allowed(25), 30);
+  EXPECT_EQ(c.decide(30, 16, 32, false, p).action, InfusionAction::kGrow);
+}
+
+}  // namespace
+}  // namespace planc
