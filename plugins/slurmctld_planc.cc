@@ -1171,6 +1171,7 @@ void worker(planc::ConfigWatch watch) {
   int gpu_pos = -1;
   std::string written;
   bool hook_warned = false;
+  bool reloaded_since_sample = false;
   planc::IdleCrossings idle;
   planc::MutexLock l(g_mu);
   while (!g_stop) {
@@ -1181,6 +1182,11 @@ void worker(planc::ConfigWatch watch) {
     l.unlock();
     try {
       const bool reloaded = reload(&watch);
+      // A reload between two samples is the next sample's news: the
+      // market and infusion act on settings only at a sample (the
+      // market's floors and the controller's limits were left as they
+      // were when planc.conf changed between samples).
+      reloaded_since_sample = reloaded_since_sample || reloaded;
       const planc::PlancConfig& cfg = *g_config;
       auto now = Clock::now();
       // A shorter StarvationInterval applies now, not after the old one.
@@ -1196,8 +1202,9 @@ void worker(planc::ConfigWatch watch) {
         if (pool.pool_gpus)
           idle.observe(1.0 - static_cast<double>(pool.allocated_total()) /
                                  static_cast<double>(pool.pool_gpus));
-        infusion_tick(cfg, pool, infusion_jobs, reloaded);
-        market_tick(cfg, pool, reloaded, gpu_pos);
+        infusion_tick(cfg, pool, infusion_jobs, reloaded_since_sample);
+        market_tick(cfg, pool, reloaded_since_sample, gpu_pos);
+        reloaded_since_sample = false;
         write_metrics(pool, idle, watch);
         if (!text.empty()) {
           if (auto err = planc::write_file_atomically(g_state_path, text))

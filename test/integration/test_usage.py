@@ -58,7 +58,13 @@ def c(cluster):
 
 
 def test_measure_fills_used_cpu_and_peak_memory_and_report_shows_efficiency(c):
-    t0 = int(time.time()) - 5
+    # -S t0 takes bills that end at or after t0: t0 is the next whole
+    # second after the fixture's cancel_all, so no earlier module's job
+    # (cancelled there, in the same accounts) ends in the window; this
+    # test's jobs are submitted once the clock has passed it.
+    t0 = int(time.time()) + 1
+    c.wait_for("the clock to pass the window's start", lambda: time.time() >= t0, timeout=5,
+               interval=0.1)
     idle, p = c.sbatch("-A", "acct-nodefault", "--qos=p3-spot", "-c", "4", "--wrap", "sleep 6",
                        user="pccarol")
     assert idle, p.stderr
