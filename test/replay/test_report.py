@@ -228,7 +228,7 @@ def test_market_mode_is_a_third_config_and_p2_revenue_is_its_bills(tmp_path):
     assert k["config"] == "planc-market"
     assert k["revenue_P2"] == pytest.approx(k["revenue_by_tier"]["P2"])
     bad = write_run(str(tmp_path / "x"), meta=dict(META, config="other"))
-    assert ("run.json: config 'other' is not one of stock, planc, planc-market"
+    assert ("run.json: config 'other' is not one of stock, planc, planc-market, planc-infusion"
             in R.check_consistency(bad))
     assert R.config_order(["planc-market", "planc", "stock"]) == ["stock", "planc",
                                                                   "planc-market"]
@@ -338,3 +338,30 @@ def test_guaranteed_job_submitted_in_the_last_40_s_is_not_never_started(tmp_path
     d = write_run(str(tmp_path / "r"), jobs=jobs, bills=bills)
     k = R.compute_kpis(R.Run(d))
     assert k["p1_never_started"] == 1
+
+
+def test_infusion_mode_counts_replicas_in_utilisation_and_operations_per_hour(tmp_path):
+    # k = 10: a trace hour is 360 s of wall time, the whole run.
+    meta = dict(META, config="planc-infusion",
+                infusion={"max_per_hour": 4, "limit_window_seconds": 360})
+    d = write_run(str(tmp_path / "i"), meta=meta)
+    plain = R.compute_kpis(R.Run(write_run(str(tmp_path / "p"))))
+    with open(os.path.join(d, "replicas.csv"), "w") as f:
+        f.write("job_id,segment,tier,start,end,gpu_cards,state,zero_reason,pool\n"
+                "90,0,P1,1000,1180,2,CANCELLED,,replay-api\n"       # 2 cards x 180 s
+                "91,0,P3,900,1100,1,CANCELLED,,replay-spot\n"       # 1 x 100 s in the window
+                "92,0,P3,1360,1360,1,CANCELLED,never ran,replay-spot\n")
+    with open(os.path.join(d, "infusion_ops.csv"), "w") as f:
+        f.write("at,action,pool\n1000,grew,replay-spot\n1090,grew,replay-api\n"
+                "1200,shrank,replay-api\n")
+    assert R.check_consistency(d) == []
+    k = R.compute_kpis(R.Run(d))
+    pool = 8 * 360
+    assert k["utilisation_replicas"] == pytest.approx((2 * 180 + 100) / pool)
+    assert k["utilisation"] == pytest.approx(plain["utilisation"] + (2 * 180 + 100) / pool)
+    assert k["utilisation_workload"] == pytest.approx(plain["utilisation"])
+    assert k["revenue"] == pytest.approx(plain["revenue"])  # replicas are internal cost
+    assert k["p0_sla"] == plain["p0_sla"]
+    assert (k["infusion_ops_per_hour"], k["infusion_ops_per_hour_max"]) == ([3], 3)
+    # A run without infusion has no such figures.
+    assert plain["utilisation_replicas"] is None and plain["infusion_ops_per_hour_max"] is None

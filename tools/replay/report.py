@@ -115,12 +115,15 @@ import sys
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 TIERS = ("P0", "P1", "P2", "P3")
-CONFIG_ORDER = ("stock", "planc", "planc-market")
+CONFIG_ORDER = ("stock", "planc", "planc-market", "planc-infusion")
 JOB_COLUMNS = ("name", "job_id", "tier", "gpus", "submit", "eligible", "first_start", "end",
                "final_state", "restarts")
 SEGMENT_COLUMNS = ("job_id", "segment", "tier", "start", "end", "state", "gpu_cards",
                    "card_seconds", "amount_micros", "zero_reason")
 SACCT_COLUMNS = ("job_id", "start", "end", "state")
+# planc-infusion runs only: the replicas' bills and the scale operations.
+REPLICA_COLUMNS = ("job_id", "segment", "tier", "start", "end", "gpu_cards", "zero_reason", "pool")
+OPS_COLUMNS = ("at", "action", "pool")
 RUN_KEYS = ("config", "run", "k", "t0", "end", "gpus_total")
 NEVER_RAN = "never ran"
 HOUR, DAY = 3600.0, 86400.0
@@ -222,6 +225,29 @@ class Run:
                                    "end": float(r["end"]), "state": r["state"].split(" ")[0]})
             except ValueError as e:
                 self.problems.append(f"sacct_segments.csv:{n}: unreadable ({e})")
+
+        # Capacity infusion (planc-infusion runs): absent files, no replicas.
+        self.replicas: List[Dict] = []
+        self.infusion_ops: List[Dict] = []
+        self.infusion = self.meta.get("infusion")
+        if self.infusion:
+            for n, r in enumerate(_read_csv(os.path.join(run_dir, "replicas.csv"),
+                                            REPLICA_COLUMNS, self.problems), start=2):
+                try:
+                    if (r["zero_reason"] or "").strip() == NEVER_RAN:
+                        continue
+                    self.replicas.append({"job_id": r["job_id"], "tier": r["tier"],
+                                          "start": float(r["start"]), "end": float(r["end"]),
+                                          "gpu_cards": float(r["gpu_cards"]), "pool": r["pool"]})
+                except ValueError as e:
+                    self.problems.append(f"replicas.csv:{n}: unreadable ({e})")
+            for n, r in enumerate(_read_csv(os.path.join(run_dir, "infusion_ops.csv"),
+                                            OPS_COLUMNS, self.problems), start=2):
+                try:
+                    self.infusion_ops.append({"at": float(r["at"]), "action": r["action"],
+                                              "pool": r["pool"]})
+                except ValueError as e:
+                    self.problems.append(f"infusion_ops.csv:{n}: unreadable ({e})")
 
     def trace(self, wall_seconds: float) -> float:
         """A wall duration in trace seconds."""
@@ -374,8 +400,31 @@ def compute_kpis(run: Run) -> Dict[str, object]:
     times, values = timeline(run)
     gsec = timeline_gpu_seconds(times, values)
     pool = run.gpus_total * (run.end - run.t0)
-    out["utilisation"] = sum(gsec.values()) / pool
+    # Infused replicas use GPUs too: in the utilisation, not in any tier's
+    # figures (revenue, SLA, waits are the workload's).
+    replica_gsec = sum(r["gpu_cards"] * run.clip(r["start"], r["end"]) for r in run.replicas)
+    out["utilisation"] = (sum(gsec.values()) + replica_gsec) / pool
+    out["utilisation_workload"] = sum(gsec.values()) / pool
+    out["utilisation_replicas"] = replica_gsec / pool if run.infusion else None
     out["utilisation_by_tier"] = {t: gsec[t] / pool for t in TIERS}
+    # Scale operations per trace hour (the limit's window), against the limit.
+    if run.infusion:
+        hour_w = HOUR / run.k
+        n_hours = max(1, math.ceil((run.end - run.t0) / hour_w))
+        per_hour = [sum(1 for o in run.infusion_ops
+                        if run.t0 + h * hour_w <= o["at"] < run.t0 + (h + 1) * hour_w)
+                    for h in range(n_hours)]
+        out["infusion_ops_per_hour"] = per_hour
+        out["infusion_ops_per_hour_max"] = max(per_hour)
+        out["infusion_ops_per_hour_mean"] = sum(per_hour) / len(per_hour)
+        out["infusion_ops_total"] = len(run.infusion_ops)
+        out["infusion_limit"] = run.infusion.get("max_per_hour")
+    else:
+        out["infusion_ops_per_hour"] = []
+        out["infusion_ops_per_hour_max"] = None
+        out["infusion_ops_per_hour_mean"] = None
+        out["infusion_ops_total"] = None
+        out["infusion_limit"] = None
     out["guaranteed_peak_share"] = max(
         (values["P0"][i] + values["P1"][i]) / run.gpus_total for i in range(len(times)))
 
@@ -589,6 +638,12 @@ KPIS = (
     ("p2_preempt_24h_max", "Preemptions per P2 job in 24 h, max", "count", ("<=", 3), (">", 5)),
     ("p2_preempt_24h_p99", "Preemptions per P2 job in 24 h, p99", "count", ("<=", 3), (">", 5)),
     ("utilisation", "GPU utilisation", "ratio", (">=", 0.80), ("<", 0.60)),
+    ("utilisation_workload", "GPU utilisation, the workload's jobs alone", "ratio", None, None),
+    ("utilisation_replicas", "GPU utilisation, infused replicas", "ratio", None, None),
+    ("infusion_ops_per_hour_max", "Infusion scale operations, busiest trace hour", "count",
+     ("<=", 4), (">", 4)),
+    ("infusion_ops_per_hour_mean", "Infusion scale operations, mean per trace hour", "number",
+     None, None),
     ("guaranteed_peak_share", "P0+P1 peak share of the GPUs (cap)", "ratio", ("<=", 0.80), None),
 ) + tuple((f"wait_p{p}_{t}", f"Wait p{p} {t}", "seconds", None, None)
          for t in TIERS for p in (50, 99)) + tuple(
@@ -795,6 +850,12 @@ def _run_section(run: Run, k: Dict[str, object], problems: List[str]) -> str:
     lines.append("")
     lines.append("P3 preemption rate by trace hour: " + " ".join(
         "-" if r is None else f"{100 * r:.0f}%" for r in k["p3_rate_by_hour"]))
+    if k["infusion_ops_total"] is not None:
+        lines.append("")
+        lines.append(f"Capacity infusion: {k['infusion_ops_total']} scale operations "
+                     f"(limit {k['infusion_limit']} an hour); replicas used "
+                     f"{_fmt('ratio', k['utilisation_replicas'])} of the GPUs; operations by "
+                     "trace hour: " + " ".join(str(n) for n in k["infusion_ops_per_hour"]))
     lines.append("")
     for t in ("P0", "P1"):
         lines.append(f"{t}: {k[f'{t.lower()}_sla_counted']} starts counted for the SLA, "
