@@ -423,13 +423,17 @@ class Parser {
   }
   bool set_pool_account(const Pair& p) { return name_value(p, &pool_->account, false); }
   bool set_pool_user(const Pair& p) { return name_value(p, &pool_->user, false); }
-  bool set_pool_script(const Pair& p) {
+  // An absolute path; else "'<value>' is not an absolute path (<what>)".
+  bool absolute_path_value(const Pair& p, const char* what, std::string* out) {
     if (p.value.empty() || p.value[0] != '/')
-      return bad(p, "'" + p.value +
-                        "' is not an absolute path (the batch script that starts one replica, "
-                        "e.g. /etc/slurm/planc-pools/serve.sh)");
-    pool_->script = p.value;
+      return bad(p, "'" + p.value + "' is not an absolute path (" + what + ")");
+    *out = p.value;
     return true;
+  }
+  bool set_pool_script(const Pair& p) {
+    return absolute_path_value(
+        p, "the batch script that starts one replica, e.g. /etc/slurm/planc-pools/serve.sh",
+        &pool_->script);
   }
   bool set_pool_gpus(const Pair& p) { return uint_value(p, 1, 1024, &pool_->gpus_per_replica); }
   bool set_pool_min(const Pair& p) { return uint_value(p, 0, 10000, &pool_->min_replicas); }
@@ -438,12 +442,10 @@ class Parser {
     return duration_value(p, 0, 3600, &pool_->drain_grace_seconds);
   }
   bool set_pool_output(const Pair& p) {
-    if (p.value.empty() || p.value[0] != '/')
-      return bad(p, "'" + p.value +
-                        "' is not an absolute path (where a replica's output goes, sbatch -o's "
-                        "patterns allowed, e.g. /var/log/planc-pools/%x-%j.out, or /dev/null)");
-    pool_->output = p.value;
-    return true;
+    return absolute_path_value(p,
+                               "where a replica's output goes, sbatch -o's patterns allowed, e.g. "
+                               "/var/log/planc-pools/%x-%j.out, or /dev/null",
+                               &pool_->output);
   }
 
   // Across lines: the thresholds rise P1 < P3 < market, and the hysteresis

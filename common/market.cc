@@ -119,16 +119,14 @@ std::optional<uint32_t> VacancyMeter::take(time_t now) {
   return out;
 }
 
-namespace {
-time_t next_multiple(time_t now, uint32_t interval) {
+time_t next_round_after(time_t now, uint32_t interval) {
   const time_t i = interval ? interval : 1;
   return (now / i + 1) * i;
 }
-}  // namespace
 
 FloorKeeper::FloorKeeper(time_t now, const PlancConfig& cfg) {
   set(cfg, 0);
-  floors_.next_round = next_multiple(now, cfg.market.interval_seconds);
+  floors_.next_round = next_round_after(now, cfg.market.interval_seconds);
 }
 
 void FloorKeeper::set(const PlancConfig& cfg, uint32_t vacancy) {
@@ -146,7 +144,7 @@ bool FloorKeeper::sample(time_t now, uint32_t idle, uint32_t pool, const PlancCo
   floors_.at = now;
   floors_.vacancy = v;
   set(cfg, v.value_or(0));
-  floors_.next_round = next_multiple(now, cfg.market.interval_seconds);
+  floors_.next_round = next_round_after(now, cfg.market.interval_seconds);
   return true;
 }
 

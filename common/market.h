@@ -82,6 +82,10 @@ class VacancyMeter {
 // it since the epoch: :00, :15, :30, :45) from the vacancy since the last
 // round.  Until the first round, and per GPU type: CardHourPriceFloor
 // clamped to the type's minimum and list (the curve at no vacancy).
+// The first round after `now`: rounds are on the multiples of
+// MarketInterval since the epoch (:00, :15, :30, :45 by default).
+time_t next_round_after(time_t now, uint32_t interval_seconds);
+
 struct MarketFloors {
   time_t at = 0;  // the round that set them (0: none yet)
   time_t next_round = 0;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <initializer_list>
 
 #include "common/file_system.h"
 #include "common/infusion.h"
@@ -15,6 +16,49 @@
 
 namespace planc::slurm {
 namespace {
+
+// The GPUs a job asks for (tres_req_cnt at `gpu_pos`; < 0: unknown, 0).
+uint32_t requested_gpus(const job_record_t* job, int gpu_pos) {
+  return gpu_pos >= 0 && job->tres_req_cnt ? static_cast<uint32_t>(job->tres_req_cnt[gpu_pos]) : 0;
+}
+
+// The GPU type the first of a request's TRES strings that names one names
+// (common/market.h gpu_type_of), "" for none.
+std::string requested_gpu_type(std::initializer_list<const char*> tres) {
+  for (const char* t : tres)
+    if (t)
+      if (std::string type = gpu_type_of(t); !type.empty()) return type;
+  return "";
+}
+
+// Where a job preempted for requeue stands, `run` its preempted run's
+// restart count: pending again (its requeue done), or kMissed: running
+// again already; kGone: running with no preemption in progress (called
+// off), or ended; kNotYet: its grace or requeue goes on.
+enum class RequeueState : uint8_t { kPending, kNotYet, kMissed, kGone };
+RequeueState requeue_state(const job_record_t* job, uint32_t run) {
+  if (!job || IS_JOB_FINISHED(job)) return RequeueState::kGone;
+  if (IS_JOB_PENDING(job)) return RequeueState::kPending;
+  return job->restart_cnt > run                      ? RequeueState::kMissed
+         : IS_JOB_RUNNING(job) && !job->preempt_time ? RequeueState::kGone
+                                                     : RequeueState::kNotYet;
+}
+// The result's kind (its kNotYet, kMissed or kGone) when the job is not
+// pending again yet; none when it is.
+template <typename Kind>
+std::optional<Kind> unless_pending(RequeueState s) {
+  switch (s) {
+    case RequeueState::kPending:
+      return std::nullopt;
+    case RequeueState::kNotYet:
+      return Kind::kNotYet;
+    case RequeueState::kMissed:
+      return Kind::kMissed;
+    case RequeueState::kGone:
+      break;
+  }
+  return Kind::kGone;
+}
 
 std::string str(const char* s) { return s ? std::string(s) : std::string(); }
 
@@ -127,9 +171,8 @@ MarketOptions market_options(const job_desc_msg_t* desc) {
   }
   m.any = m.bid || m.lock_price || m.spot_fallback;
   if (desc->begin_time && desc->begin_time != NO_VAL) m.begin = desc->begin_time;
-  for (const char* tres :
-       {desc->tres_per_node, desc->tres_per_job, desc->tres_per_socket, desc->tres_per_task})
-    if (tres && m.gpu_type.empty()) m.gpu_type = gpu_type_of(tres);
+  m.gpu_type = requested_gpu_type(
+      {desc->tres_per_node, desc->tres_per_job, desc->tres_per_socket, desc->tres_per_task});
   return m;
 }
 
@@ -356,8 +399,7 @@ void sample_job(const QosTierCache& tiers, int gpu_pos, const std::vector<std::s
   const Tier* t = job_tier(tiers, job);
   if (!t) return;
   if (watched(job, t)) out->watch.push_back(job->job_id);
-  const uint32_t requested =
-      gpu_pos >= 0 && job->tres_req_cnt ? static_cast<uint32_t>(job->tres_req_cnt[gpu_pos]) : 0;
+  const uint32_t requested = requested_gpus(job, gpu_pos);
   auto replica = infused_mark_of(job);
   if (replica)
     out->infusion.replicas.push_back({job->job_id, std::move(replica->pool), run, requested});
@@ -439,10 +481,8 @@ void sample_jobs(const QosTierCache& tiers, int gpu_pos, const std::vector<uint3
       const job_record_t* job = find_job_record(id);
       if (!job || !IS_JOB_PENDING(job)) continue;
       if (auto mark = infused_mark_of(job))
-        out->infusion.replicas.push_back({id, std::move(mark->pool), false,
-                                          gpu_pos >= 0 && job->tres_req_cnt
-                                              ? static_cast<uint32_t>(job->tres_req_cnt[gpu_pos])
-                                              : 0});
+        out->infusion.replicas.push_back(
+            {id, std::move(mark->pool), false, requested_gpus(job, gpu_pos)});
     }
   }
   for (uint32_t id : tracked) {
@@ -517,12 +557,8 @@ FallbackResult apply_fallback(const PlancConfig& cfg, const QosTierCache& tiers,
   if (!to || !now_in || now_in->id == *to) return r;
   r.to = *to;
   r.from = now_in->id;
-  if (!IS_JOB_PENDING(job)) {
-    // Running again: missed; running with no preemption in progress: it
-    // was called off (nothing to do); else its grace or requeue goes on.
-    r.kind = job->restart_cnt > run                      ? K::kMissed
-             : IS_JOB_RUNNING(job) && !job->preempt_time ? K::kGone
-                                                         : K::kNotYet;
+  if (auto k = unless_pending<K>(requeue_state(job, run))) {
+    r.kind = *k;
     return r;
   }
   // A starved P3 job on its free P2 attempt falls back from P3.
@@ -553,20 +589,16 @@ RebidResult hold_for_rebid(const PlancConfig& cfg, uint32_t job_id, uint32_t run
   using K = RebidResult::Kind;
   RebidResult r;
   job_record_t* job = find_job_record(job_id);
-  if (!job || IS_JOB_FINISHED(job)) return r;
-  if (!IS_JOB_PENDING(job)) {
-    r.kind = job->restart_cnt > run                      ? K::kMissed
-             : IS_JOB_RUNNING(job) && !job->preempt_time ? K::kGone
-                                                         : K::kNotYet;
+  if (auto k = unless_pending<K>(requeue_state(job, run))) {
+    r.kind = *k;
     return r;
   }
   const std::string comment = str(job->admin_comment);
   auto mark = read_market_mark(comment);
   if (!mark || !mark->matched || mark->locked) return r;
-  const time_t interval = cfg.market.interval_seconds ? cfg.market.interval_seconds : 1;
   const std::string waiting = with_market_mark(
-      comment,
-      market_mark_waiting(mark->bid, cfg.prices.currency, (now / interval + 1) * interval));
+      comment, market_mark_waiting(mark->bid, cfg.prices.currency,
+                                   next_round_after(now, cfg.market.interval_seconds)));
   int rc = hold_job_as_slurm_user(job_id, waiting.c_str());
   r.kind = rc == SLURM_SUCCESS ? K::kHeld : K::kFailed;
   if (rc != SLURM_SUCCESS) r.why = slurm_strerror(rc);
@@ -597,14 +629,12 @@ std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_pos) {
     if (held && mark->matched) continue;  // held by someone after it won
     MarketJob m;
     m.job_id = job->job_id;
-    m.gpus =
-        gpu_pos >= 0 && job->tres_req_cnt ? static_cast<uint32_t>(job->tres_req_cnt[gpu_pos]) : 0;
+    m.gpus = requested_gpus(job, gpu_pos);
     m.submitted = job->details ? job->details->submit_time : 0;
     m.admin_comment = job->admin_comment;
     m.bid = mark->bid;
-    for (const char* tres :
-         {job->tres_per_node, job->tres_per_job, job->tres_per_socket, job->tres_per_task})
-      if (tres && m.gpu_type.empty()) m.gpu_type = gpu_type_of(tres);
+    m.gpu_type = requested_gpu_type(
+        {job->tres_per_node, job->tres_per_job, job->tres_per_socket, job->tres_per_task});
     m.bidding = !mark->matched && !mark->locked;
     m.admin_held = held && job->state_reason == WAIT_HELD;
     m.uid = job->user_id;
