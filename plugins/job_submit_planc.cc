@@ -26,7 +26,7 @@
 #include "common/submit_policy.h"
 #include "plugins/mutex.h"
 #include "plugins/planc_shared.h"
-#include "plugins/slurm_adapter.h"
+#include "plugins/slurm_adapter_submit.h"
 #include "plugins/worker_thread.h"
 
 PLANC_EXPORT const char plugin_name[] = "Plan C tiers at submit time";

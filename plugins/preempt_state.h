@@ -20,7 +20,7 @@
 #include "common/preemption_tracker.h"
 #include "plugins/config_watch.h"
 #include "plugins/mutex.h"
-#include "plugins/slurm_adapter.h"
+#include "plugins/slurm_adapter_preempt.h"
 
 namespace planc::preempt {
 

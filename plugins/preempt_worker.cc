@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "common/infusion.h"
+#include "common/metrics_snapshot.h"
 #include "common/preempt_policy.h"
 #include "common/state_file.h"
 #include "plugins/planc_shared.h"

@@ -1,6 +1,7 @@
-// The half of the adapter that needs only libslurm, not slurmctld's own
-// symbols (assoc_mgr, validate_operator, ...): jobcomp/planc is also loaded
-// by `sacct -c`, where those do not exist and -z now would refuse the load.
+// The part of the adapter every plugin links (plugins/slurm_adapter.h).  It
+// needs only libslurm, not slurmctld's own symbols (assoc_mgr,
+// validate_operator, ...): jobcomp/planc is also loaded by `sacct -c`,
+// where those do not exist and -z now would refuse the load.
 #include "plugins/slurm_adapter.h"
 #include "plugins/slurm_compat.h"
 
@@ -10,11 +11,12 @@
 #include <ctime>
 
 #include "common/job_marks.h"
+#include "plugins/slurm_adapter_internal.h"
 
 namespace planc::slurm {
 namespace {
 
-std::string str(const char* s) { return s ? std::string(s) : std::string(); }
+using internal::str;
 
 // What the run ended as, named as slurmdbd records it, so the bill and
 // sacct agree.  jobcomp is called from job_completion_logger() with the

@@ -67,7 +67,7 @@
 #include "common/state_file.h"
 #include "plugins/mutex.h"
 #include "plugins/planc_shared.h"
-#include "plugins/slurm_adapter.h"
+#include "plugins/slurm_adapter_ctld.h"
 #include "plugins/worker_thread.h"
 
 PLANC_EXPORT const char plugin_name[] =

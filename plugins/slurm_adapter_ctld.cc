@@ -1,0 +1,417 @@
+// slurmctld/planc's part of the adapter: the starvation scan's and the
+// 5 s sample's walks of slurmctld's jobs, the P2 market's jobs, capacity
+// infusion's replicas (submitted and signalled through Slurm's RPCs).
+// Uses slurmctld's symbols.
+#include "plugins/slurm_adapter_ctld.h"
+#include "plugins/slurm_compat.h"
+
+#include <pwd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+#include "common/file_system.h"
+#include "common/infusion.h"
+#include "common/job_marks.h"
+#include "common/market.h"
+#include "plugins/slurm_adapter_internal.h"
+
+namespace planc::slurm {
+namespace {
+
+using internal::counted_tier;
+using internal::marked;
+using internal::requested_gpu_type;
+using internal::str;
+
+// The GPUs a job asks for (tres_req_cnt at `gpu_pos`; < 0: unknown, 0).
+uint32_t requested_gpus(const job_record_t* job, int gpu_pos) {
+  return gpu_pos >= 0 && job->tres_req_cnt ? static_cast<uint32_t>(job->tres_req_cnt[gpu_pos]) : 0;
+}
+
+PendingReason reason_of(const job_record_t* job) {
+  switch (job->state_reason) {
+    case WAIT_RESOURCES:
+      return PendingReason::kResources;
+    case WAIT_PRIORITY:
+      return PendingReason::kPriority;
+    case WAIT_NO_REASON:
+      return PendingReason::kNone;
+    case WAIT_HELD:
+    case WAIT_HELD_USER:
+      return PendingReason::kHeld;
+    case WAIT_DEPENDENCY:
+    case WAIT_DEP_INVALID:
+      return PendingReason::kDependency;
+    case WAIT_TIME:
+      return PendingReason::kBeginTime;
+    default:
+      break;
+  }
+  if (!job->priority) return PendingReason::kHeld;
+  // Association and QoS limits: Slurm names them Assoc*/QOS* (AssocGrpGRES,
+  // QOSMaxJobsPerUserLimit, ...).
+  const char* name = job_reason_string(static_cast<job_state_reason>(job->state_reason));
+  if (name && (!std::strncmp(name, "Assoc", 5) || !std::strncmp(name, "QOS", 3)))
+    return PendingReason::kAccountLimit;
+  return PendingReason::kOther;
+}
+
+// Since when the job has been eligible: Slurm's accrue time (set once it is
+// not held, its dependencies are met and its begin time has come; reset by
+// a hold and by requeue); without it, submit or begin time.
+time_t eligible_since(const job_record_t* job) {
+  const job_details* d = job->details;
+  if (!d) return 0;
+  if (d->accrue_time) return d->accrue_time;
+  return std::max(d->submit_time, d->begin_time);
+}
+
+PendingJob pending_facts(const job_record_t* job, TierId tier) {
+  return PendingJob{job->job_id, tier, reason_of(job), eligible_since(job)};
+}
+
+MarkedJob marked_facts(const QosTierCache& tiers, const job_record_t* job, TierId tier) {
+  auto at = free_attempt_upgraded_at(job->admin_comment);
+  MarkedJob m{job->job_id, tier, job->details ? job->details->submit_time : 0, at ? *at : 0};
+  m.to = tier;
+  m.from = tier;
+  if (auto ft = free_attempt_tiers(job->admin_comment)) {
+    m.from = ft->first;
+    m.to = ft->second;
+  } else {
+    // An unreadable mark: back to a tier that starves into this one.
+    for (const Tier& t : tiers.table().all())
+      if (t.starves_into == tier) m.from = t.id;
+  }
+  return m;
+}
+
+// Whether the 5 s sample keeps watching the job (common/job_watch.h).
+bool watched(const job_record_t* job, const Tier* t) {
+  return t && (IS_JOB_RUNNING(job) || (IS_JOB_PENDING(job) && !t->preemptible));
+}
+
+}  // namespace
+
+size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* starvable,
+                       std::vector<MarkedJob>* marked_jobs, std::vector<uint32_t>* watch) {
+  size_t seen = 0;
+  ListIterator it = list_iterator_create(job_list);
+  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
+    const bool pending = IS_JOB_PENDING(job);
+    if (!pending && !IS_JOB_RUNNING(job)) continue;
+    const Tier* t = job_tier(tiers, job);
+    if (watched(job, t)) watch->push_back(job->job_id);
+    if (!pending) continue;
+    ++seen;
+    if (!t) continue;
+    if (t->starves_into) starvable->push_back(pending_facts(job, t->id));
+    if (marked(job)) marked_jobs->push_back(marked_facts(tiers, job, t->id));
+  }
+  list_iterator_destroy(it);
+  return seen;
+}
+
+std::optional<PendingJob> pending_job(const QosTierCache& tiers, uint32_t job_id) {
+  const job_record_t* job = find_job_record(job_id);
+  if (!job || !IS_JOB_PENDING(job)) return std::nullopt;
+  const Tier* t = job_tier(tiers, job);
+  if (!t) return std::nullopt;
+  return pending_facts(job, t->id);
+}
+
+std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id) {
+  const job_record_t* job = find_job_record(job_id);
+  if (!job || !IS_JOB_PENDING(job) || !marked(job)) return std::nullopt;
+  const Tier* t = job_tier(tiers, job);
+  return marked_facts(tiers, job, t ? t->id : TierId::kP0);
+}
+
+namespace {
+
+// Why a pending guaranteed job is held back by its own limits, or nullptr.
+const char* held_back_reason(const job_record_t* job) {
+  switch (reason_of(job)) {
+    case PendingReason::kHeld:
+      return "held";
+    case PendingReason::kDependency:
+      return "dependency";
+    case PendingReason::kBeginTime:
+      return "begin_time";
+    case PendingReason::kAccountLimit:
+      return "limit";
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The one GPU type every GPU of the node is of (gres.conf Type=,
+// lower-case), or "" when its GPUs have no type or several.  REQUIRES the
+// node read lock.
+std::string node_gpu_type(const node_record_t* node) {
+  if (!node || !node->gres_list) return "";
+  std::string type;
+  ListIterator it = list_iterator_create(node->gres_list);
+  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
+    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0) continue;
+    const auto* d = static_cast<const gres_node_state_t*>(g->gres_data);
+    if (d && d->type_cnt == 1 && d->type_name && d->type_name[0] && d->type_cnt_avail &&
+        d->type_cnt_avail[0] == d->gres_cnt_avail)
+      type = ascii_lower(d->type_name[0]);
+    break;
+  }
+  list_iterator_destroy(it);
+  return type;
+}
+
+// The GPUs a running job holds on nodes of one type, per type.  REQUIRES
+// the job and node read locks.
+void add_typed_gpus(const job_record_t* job, const std::vector<std::string>& node_types,
+                    std::map<std::string, uint64_t>* held) {
+  if (!job->gres_list_alloc || !job->node_bitmap) return;
+  ListIterator it = list_iterator_create(job->gres_list_alloc);
+  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
+    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0) continue;
+    const auto* d = static_cast<const gres_job_state_t*>(g->gres_data);
+    if (!d || !d->gres_cnt_node_alloc) continue;
+    uint32_t j = 0;
+    for (int n = 0; n < node_record_count && j < d->node_cnt; n++) {
+      if (!bit_test(job->node_bitmap, n)) continue;
+      const uint64_t c = d->gres_cnt_node_alloc[j++];
+      if (c && c != NO_VAL64 && n < static_cast<int>(node_types.size()) && !node_types[n].empty())
+        (*held)[node_types[n]] += c;
+    }
+  }
+  list_iterator_destroy(it);
+}
+
+// One job's part of the sample.
+void sample_job(const QosTierCache& tiers, int gpu_pos, const std::vector<std::string>& node_types,
+                const job_record_t* job, JobSample* out) {
+  out->visited++;
+  const bool run = IS_JOB_RUNNING(job);
+  if (!run && !IS_JOB_PENDING(job)) return;
+  const Tier* t = job_tier(tiers, job);
+  if (!t) return;
+  if (watched(job, t)) out->watch.push_back(job->job_id);
+  const uint32_t requested = requested_gpus(job, gpu_pos);
+  auto replica = infused_mark_of(job);
+  if (replica)
+    out->infusion.replicas.push_back({job->job_id, std::move(replica->pool), run, requested});
+  if (run && job->preempt_time) out->infusion.preempting_gpus += requested;
+  if (!t->preemptible) {
+    if (run) {
+      out->guaranteed_running.push_back({job->job_id, t->id, job->start_time,
+                                         job->details ? job->details->begin_time : 0,
+                                         job->details ? job->details->submit_time : 0});
+    } else {
+      out->guaranteed_pending.push_back(job->job_id);
+      const char* reason = held_back_reason(job);
+      if (reason) out->guaranteed_held.push_back({job->job_id, reason});
+      if (!replica && (!reason || std::strcmp(reason, "limit") == 0))
+        out->infusion.guaranteed_waiting_gpus += requested;
+    }
+  }
+  if (!run) return;
+  PoolUsage& u = out->pool;
+  const uint32_t gpus =
+      gpu_pos >= 0 && job->tres_alloc_cnt ? static_cast<uint32_t>(job->tres_alloc_cnt[gpu_pos]) : 0;
+  const int k = tier_index(t->id);
+  u.running_jobs[k]++;
+  u.allocated_gpus[k] += gpus;
+  if (gpus && !u.typed_gpus.empty() && t->id != TierId::kP3)
+    add_typed_gpus(job, node_types, &u.typed_held);
+  if (t->preemptible)
+    out->spot_running.push_back(
+        {job->job_id, str(job->account), counted_tier(job, t->id), gpus, job->start_time});
+}
+
+void sample_job_id(const QosTierCache& tiers, int gpu_pos,
+                   const std::vector<std::string>& node_types, uint32_t id, JobSample* out) {
+  if (const job_record_t* job = find_job_record(id))
+    sample_job(tiers, gpu_pos, node_types, job, out);
+}
+
+}  // namespace
+
+JobIdSpace job_id_space() {
+  return {get_next_job_id(true), slurm_conf.first_job_id, slurm_conf.max_job_id};
+}
+
+void sample_jobs(const QosTierCache& tiers, int gpu_pos, const std::vector<uint32_t>& tracked,
+                 const JobWatch::Plan& plan, const std::vector<uint32_t>& replica_ids,
+                 JobSample* out) {
+  PoolUsage& u = out->pool;
+  std::vector<std::string> node_types;
+  if (gpu_pos >= 0) {
+    node_types.resize(static_cast<size_t>(std::max(node_record_count, 0)));
+    for (int i = 0; i < node_record_count; i++) {
+      const node_record_t* node = node_record_table_ptr[i];
+      if (!node || !node->tres_cnt) continue;
+      u.pool_gpus += node->tres_cnt[gpu_pos];
+      node_types[i] = node_gpu_type(node);
+      if (!node_types[i].empty()) u.typed_gpus[node_types[i]] += node->tres_cnt[gpu_pos];
+    }
+  }
+  out->walked = plan.walk;
+  if (plan.walk) {
+    ListIterator it = list_iterator_create(job_list);
+    while (auto* job = static_cast<job_record_t*>(list_next(it)))
+      sample_job(tiers, gpu_pos, node_types, job, out);
+    list_iterator_destroy(it);
+  } else {
+    for (uint32_t id : plan.ids) sample_job_id(tiers, gpu_pos, node_types, id, out);
+    for (const IdRange& r : plan.new_ids)
+      for (uint64_t id = r.first; id <= r.last; id++)
+        if (!std::binary_search(plan.ids.begin(), plan.ids.end(), static_cast<uint32_t>(id)))
+          sample_job_id(tiers, gpu_pos, node_types, static_cast<uint32_t>(id), out);
+  }
+  // Pending replicas of a spot tier are not watched: looked up by id.
+  if (!replica_ids.empty()) {
+    std::vector<uint32_t> seen;
+    for (const ReplicaJob& r : out->infusion.replicas) seen.push_back(r.job_id);
+    std::sort(seen.begin(), seen.end());
+    for (uint32_t id : replica_ids) {
+      if (std::binary_search(seen.begin(), seen.end(), id)) continue;
+      const job_record_t* job = find_job_record(id);
+      if (!job || !IS_JOB_PENDING(job)) continue;
+      if (auto mark = infused_mark_of(job))
+        out->infusion.replicas.push_back(
+            {id, std::move(mark->pool), false, requested_gpus(job, gpu_pos)});
+    }
+  }
+  for (uint32_t id : tracked) {
+    const job_record_t* job = find_job_record(id);
+    if (job && IS_JOB_RUNNING(job)) continue;
+    out->spot_ended[id] = job && IS_JOB_FINISHED(job) ? job->end_time : 0;
+  }
+}
+
+int gpu_tres_position() {
+  slurmdb_tres_rec_t rec;
+  std::memset(&rec, 0, sizeof(rec));
+  rec.type = const_cast<char*>("gres");
+  rec.name = const_cast<char*>("gpu");
+  int pos = assoc_mgr_find_tres_pos(&rec, false);
+  return pos < 0 || static_cast<uint32_t>(pos) >= g_tres_count ? -1 : pos;
+}
+
+std::string admin_comment(uint32_t job_id) {
+  const job_record_t* job = find_job_record(job_id);
+  return job ? str(job->admin_comment) : std::string();
+}
+
+std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_pos) {
+  std::vector<MarketJob> out;
+  ListIterator it = list_iterator_create(job_list);
+  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
+    if (!IS_JOB_PENDING(job) || !job->admin_comment) continue;
+    const Tier* t = job_tier(tiers, job);
+    if (!t || t->id != TierId::kP2) continue;
+    auto mark = read_market_mark(job->admin_comment);
+    if (!mark) continue;
+    // A locked booking bids in no round; once its --begin has come its GPUs
+    // are set aside from the capacity, as a winner's are.
+    if (mark->locked && job->details && job->details->begin_time > time(nullptr)) continue;
+    const bool held = job->priority == 0;
+    if (held && mark->matched) continue;  // held by someone after it won
+    MarketJob m;
+    m.job_id = job->job_id;
+    m.gpus = requested_gpus(job, gpu_pos);
+    m.submitted = job->details ? job->details->submit_time : 0;
+    m.admin_comment = job->admin_comment;
+    m.bid = mark->bid;
+    m.gpu_type = requested_gpu_type(
+        {job->tres_per_node, job->tres_per_job, job->tres_per_socket, job->tres_per_task});
+    m.bidding = !mark->matched && !mark->locked;
+    m.admin_held = held && job->state_reason == WAIT_HELD;
+    m.uid = job->user_id;
+    if (job->user_name) m.user = job->user_name;
+    if (job->account) m.account = job->account;
+    out.push_back(std::move(m));
+  }
+  list_iterator_destroy(it);
+  return out;
+}
+
+uint32_t submit_replica(const PoolConfig& pool, const std::string& qos,
+                        const std::string& admin_comment, uint32_t drain_seconds,
+                        std::string* why) {
+  struct passwd pw, *res = nullptr;
+  char buf[4096];
+  if (getpwnam_r(pool.user.c_str(), &pw, buf, sizeof buf, &res) != 0 || !res) {
+    *why = "user " + pool.user + " (Pool=" + pool.name +
+           " User=) is not known on the slurmctld host; create it there or fix planc.conf";
+    return 0;
+  }
+  std::string script;
+  if (posix_file_system().read_file(pool.script, &script) != 0) {
+    *why = system_error("cannot read the pool's Script", pool.script, errno);
+    return 0;
+  }
+  if (script.compare(0, 2, "#!") != 0) {
+    *why = "Script=" + pool.script + " does not start with #! (a batch script needs one)";
+    return 0;
+  }
+  std::string name = "planc-pool-" + pool.name;
+  std::string account = pool.account, qos_name = qos, comment = admin_comment;
+  std::string dir = pw.pw_dir && pw.pw_dir[0] ? pw.pw_dir : "/";
+  std::string out = !pool.output.empty() ? pool.output
+                                         : dir + (dir.back() == '/' ? "" : "/") + "planc-pool-" +
+                                               pool.name + "-%j.out";
+  std::string gres = "gres:gpu:" + std::to_string(pool.gpus_per_replica);
+  std::string argv0 = pool.script;
+  std::vector<std::string> env = {
+      "PLANC_POOL=" + pool.name,
+      "PLANC_TIER=P" + std::to_string(tier_index(pool.tier)),
+      "PLANC_DRAIN_SECONDS=" + std::to_string(drain_seconds),
+      "PATH=/usr/local/bin:/usr/bin:/bin",
+      "HOME=" + dir,
+      "USER=" + pool.user,
+  };
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  char* argv[] = {argv0.data(), nullptr};
+  job_desc_msg_t d;
+  slurm_init_job_desc_msg(&d);
+  d.name = name.data();
+  d.account = account.data();
+  d.qos = qos_name.data();
+  d.script = script.data();
+  d.user_id = pw.pw_uid;
+  d.group_id = pw.pw_gid;
+  d.work_dir = dir.data();
+  d.std_out = out.data();
+  d.tres_per_node = gres.data();
+  d.admin_comment = comment.data();
+  d.min_nodes = 1;
+  d.max_nodes = 1;
+  d.requeue = 0;
+  d.environment = envp.data();
+  d.env_size = static_cast<uint32_t>(envp.size());
+  d.argc = 1;
+  d.argv = argv;
+  submit_response_msg_t* resp = nullptr;
+  if (slurm_submit_batch_job(&d, &resp) != SLURM_SUCCESS || !resp) {
+    *why = std::string("slurmctld refused the submission: ") + slurm_strerror(slurm_get_errno());
+    if (resp) slurm_free_submit_response_response_msg(resp);
+    return 0;
+  }
+  const uint32_t id = resp->job_id;
+  slurm_free_submit_response_response_msg(resp);
+  return id;
+}
+
+int signal_job_rpc(uint32_t job_id, uint16_t signal) {
+  const uint16_t flags = signal == SIGKILL ? 0 : KILL_FULL_JOB;
+  return slurm_kill_job(job_id, signal, flags) == SLURM_SUCCESS ? SLURM_SUCCESS : slurm_get_errno();
+}
+
+}  // namespace planc::slurm

@@ -1,0 +1,143 @@
+// slurmctld/planc's part of the adapter (plugins/slurm_adapter.h): defined
+// in slurm_adapter_ctld.cc, linked into slurmctld/planc only.
+#ifndef PLANC_PLUGINS_SLURM_ADAPTER_CTLD_H_
+#define PLANC_PLUGINS_SLURM_ADAPTER_CTLD_H_
+
+#include "plugins/slurm_adapter.h"
+
+#include <ctime>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/job_watch.h"
+#include "common/metrics_snapshot.h"
+#include "common/spot_cap.h"
+#include "common/starvation.h"
+
+namespace planc::slurm {
+
+// The facts of the starvation rule for every pending job in slurmctld's
+// list: jobs of a tier that starves into another (StarveInto) into
+// `starvable`, jobs carrying the free-attempt mark into `marked`, and the
+// ids the 5 s sample watches (running in a tier, pending in a guaranteed
+// one) into `watch`: the same walk serves both.  Returns how many pending
+// jobs it looked at.  REQUIRES the job read lock; allocates only for the
+// jobs it returns.
+size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* starvable,
+                       std::vector<MarkedJob>* marked, std::vector<uint32_t>* watch);
+
+// The same facts for one job (nullopt: gone, or not pending).  REQUIRES the
+// job read or write lock.
+std::optional<PendingJob> pending_job(const QosTierCache& tiers, uint32_t job_id);
+std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id);
+
+// What slurmctld/planc samples every 5 s, from the jobs `plan` names (a
+// walk of every job, or the watched, started and new ids:
+// common/job_watch.h):
+//   spot_running  every running job of a spot tier, with its GPUs
+//                 (`gpu_tres_pos` in tres_alloc_cnt; < 0: unknown, count
+//                 0); a free attempt counts in the tier it was upgraded from;
+//   spot_ended    for each of `tracked` that is no longer running, its end
+//                 time when Slurm still knows it (else 0);
+//   pool          the GPUs the nodes have, and per tier (the tier a job
+//                 runs as) the running jobs and their allocated GPUs;
+//   guaranteed_*  the guaranteed tiers' (not preemptible) jobs for the SLA:
+//                 those running, the pending ones (all ids), and those held
+//                 back by their own limits with the reason;
+//   watch         the ids to keep watching: running in a tier, or pending
+//                 in a guaranteed one;
+//   visited       job records looked at; walked: whether it walked them all;
+//   infusion      what capacity infusion's controller needs (below); the
+//                 pending P3 replicas are not watched: `replica_ids` (the
+//                 replicas the controller knows of) are looked up too.
+// REQUIRES the job and node read locks.
+// A pending or running job with an infused mark (common/infusion.h).
+struct ReplicaJob {
+  uint32_t job_id = 0;
+  std::string pool;
+  bool running = false;
+  uint32_t gpus = 0;  // requested (tres_req_cnt at `gpu_tres_pos`)
+};
+// The replicas, and the GPUs that guaranteed (P0, P1) jobs other than
+// replicas wait for (pending, not held, not waiting on a dependency or
+// their --begin; a limit counts: the 80% cap is one).
+struct InfusionJobs {
+  std::vector<ReplicaJob> replicas;
+  uint64_t guaranteed_waiting_gpus = 0;
+  uint64_t preempting_gpus = 0;  // held by running jobs in their preemption grace
+};
+struct JobSample {
+  std::vector<RunningSpotJob> spot_running;
+  std::map<uint32_t, time_t> spot_ended;
+  PoolUsage pool;
+  std::vector<GuaranteedRun> guaranteed_running;
+  std::vector<HeldBack> guaranteed_held;
+  std::vector<uint32_t> guaranteed_pending;
+  std::vector<uint32_t> watch;
+  uint64_t visited = 0;
+  bool walked = false;
+  InfusionJobs infusion;
+};
+void sample_jobs(const QosTierCache& tiers, int gpu_tres_pos, const std::vector<uint32_t>& tracked,
+                 const JobWatch::Plan& plan, const std::vector<uint32_t>& replica_ids,
+                 JobSample* out);
+
+// slurmctld's next job id (not taken) and its FirstJobId and MaxJobId.
+// REQUIRES the job and federation read locks.
+struct JobIdSpace {
+  uint32_t next = 0, first = 0, max = 0;
+};
+JobIdSpace job_id_space();
+
+// Position of gres/gpu in the jobs' TRES arrays, -1 when not configured.
+// Takes assoc_mgr's TRES read lock; call with no slurmctld lock held.
+int gpu_tres_position();
+
+// The job's AdminComment ("" when none).  REQUIRES the job read lock.
+std::string admin_comment(uint32_t job_id);
+
+// The P2 market's jobs (common/market.h's mark in AdminComment) pending in
+// a tier's P2 QoS: the bidders (no matched price yet: held for the market,
+// or released by their owner before a round: job_submit/planc's hold is,
+// to Slurm, the owner's) and those matched and released but not started
+// yet (they hold their GPUs for the round).  REQUIRES the job read lock.
+struct MarketJob {
+  uint32_t job_id = 0;
+  uint32_t gpus = 0;     // requested (tres_req_cnt at `gpu_tres_pos`)
+  std::string gpu_type;  // the type it asks for (--gres=gpu:h800:8), "" for none
+  time_t submitted = 0;
+  std::string admin_comment;
+  std::optional<Micros> bid;  // from the mark; none: bids the list price
+  bool bidding = false;       // else matched, not started
+  bool admin_held = false;    // priority 0 by an administrator (a round's hold)
+  // The owner, for the round's record (planc.market_bid): user_name may be
+  // empty (slurmctld fills it lazily); the caller resolves uid then,
+  // outside the locks.
+  uint32_t uid = 0;
+  std::string user, account;
+};
+std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_tres_pos);
+
+// --- capacity infusion ------------------------------------------------------------
+
+// Submits one replica of `pool` through slurmctld's own submit RPC, as
+// sbatch would as root with --uid: as the pool's user and account, in
+// `qos` (its tier's), with `admin_comment` (the infused mark: only
+// SlurmUser and root may set it), --gres=gpu:GpusPerReplica, not
+// requeued, its output in the pool's Output= or the user's home directory
+// (planc-pool-<name>-<jobid>.out), PLANC_POOL, PLANC_TIER and
+// PLANC_DRAIN_SECONDS in its environment.  job_submit/planc sees it as
+// any submission.  Call with NO slurmctld lock held: it waits for
+// slurmctld to handle the RPC.  The new job id, or 0 with `*why` set.
+uint32_t submit_replica(const PoolConfig& pool, const std::string& qos,
+                        const std::string& admin_comment, uint32_t drain_seconds, std::string* why);
+// scancel --signal=SIG --full for a running job (its batch script and every
+// step); SIGKILL cancels it.  Through the RPC: call with NO slurmctld lock
+// held.  A Slurm error code.
+int signal_job_rpc(uint32_t job_id, uint16_t signal);
+
+}  // namespace planc::slurm
+
+#endif  // PLANC_PLUGINS_SLURM_ADAPTER_CTLD_H_

@@ -1,0 +1,343 @@
+// preempt/planc's part of the adapter: what it reads of a preempted job,
+// what it does to one (signals, the end of a grace, a requeue, the owner's
+// note), and the moves after a requeue (--spot-fallback, a market winner
+// sent back to bid).  Uses slurmctld's symbols.
+#include "plugins/slurm_adapter_preempt.h"
+#include "plugins/slurm_compat.h"
+
+#include <algorithm>
+#include <ctime>
+
+#include "common/job_marks.h"
+#include "common/market.h"
+#include "plugins/slurm_adapter_internal.h"
+
+namespace planc::slurm {
+namespace {
+
+using internal::counted_tier;
+using internal::str;
+
+// Where a job preempted for requeue stands, `run` its preempted run's
+// restart count: pending again (its requeue done), or kMissed: running
+// again already; kGone: running with no preemption in progress (called
+// off), or ended; kNotYet: its grace or requeue goes on.
+enum class RequeueState : uint8_t { kPending, kNotYet, kMissed, kGone };
+RequeueState requeue_state(const job_record_t* job, uint32_t run) {
+  if (!job || IS_JOB_FINISHED(job)) return RequeueState::kGone;
+  if (IS_JOB_PENDING(job)) return RequeueState::kPending;
+  return job->restart_cnt > run                      ? RequeueState::kMissed
+         : IS_JOB_RUNNING(job) && !job->preempt_time ? RequeueState::kGone
+                                                     : RequeueState::kNotYet;
+}
+// The result's kind (its kNotYet, kMissed or kGone) when the job is not
+// pending again yet; none when it is.
+template <typename Kind>
+std::optional<Kind> unless_pending(RequeueState s) {
+  switch (s) {
+    case RequeueState::kPending:
+      return std::nullopt;
+    case RequeueState::kNotYet:
+      return Kind::kNotYet;
+    case RequeueState::kMissed:
+      return Kind::kMissed;
+    case RequeueState::kGone:
+      break;
+  }
+  return Kind::kGone;
+}
+
+}  // namespace
+
+std::map<uint32_t, TierId> tiers_of(const QosTierCache& tiers, const std::vector<uint32_t>& ids) {
+  std::map<uint32_t, TierId> out;
+  for (uint32_t id : ids) {
+    const job_record_t* job = find_job_record(id);
+    if (const Tier* t = job_tier(tiers, job)) out[id] = counted_tier(job, t->id);
+  }
+  return out;
+}
+
+bool fallback_pending(const job_record_t* job) {
+  return job->admin_comment && planc::fallback_pending(job->admin_comment);
+}
+
+FallbackResult apply_fallback(const PlancConfig& cfg, const QosTierCache& tiers, uint32_t job_id,
+                              uint32_t run, time_t now) {
+  using K = FallbackResult::Kind;
+  FallbackResult r;
+  job_record_t* job = find_job_record(job_id);
+  if (!job || IS_JOB_FINISHED(job)) return r;
+  const std::string comment = str(job->admin_comment);
+  auto to = planc::fallback_pending(comment);
+  const Tier* now_in = job_tier(tiers, job);
+  if (!to || !now_in || now_in->id == *to) return r;
+  r.to = *to;
+  r.from = now_in->id;
+  if (auto k = unless_pending<K>(requeue_state(job, run))) {
+    r.kind = *k;
+    return r;
+  }
+  // A starved P3 job on its free P2 attempt falls back from P3.
+  auto free = free_attempt_tiers(comment);
+  r.from = free ? free->first : now_in->id;
+  const std::string moved = remove_free_attempt_mark(
+      with_tagged_mark(comment, kFallbackTag, fallback_done_mark(cfg, r.from, r.to, now)));
+  int rc = update_job_as_slurm_user(job_id, cfg.tiers.tier(r.to).qos.c_str(), moved.c_str());
+  if (rc == SLURM_SUCCESS) {
+    r.kind = K::kMoved;
+    return r;
+  }
+  r.kind = K::kRefused;
+  r.why = slurm_strerror(rc);
+  const std::string refused =
+      with_tagged_mark(comment, kFallbackTag, fallback_refused_mark(cfg, r.from, r.to, now, r.why));
+  update_job_as_slurm_user(job_id, nullptr, refused.c_str());
+  return r;
+}
+
+bool market_matched(const job_record_t* job) {
+  if (!job->admin_comment) return false;
+  auto m = read_market_mark(job->admin_comment);
+  return m && m->matched && !m->locked;
+}
+
+RebidResult hold_for_rebid(const PlancConfig& cfg, uint32_t job_id, uint32_t run, time_t now) {
+  using K = RebidResult::Kind;
+  RebidResult r;
+  job_record_t* job = find_job_record(job_id);
+  if (auto k = unless_pending<K>(requeue_state(job, run))) {
+    r.kind = *k;
+    return r;
+  }
+  const std::string comment = str(job->admin_comment);
+  auto mark = read_market_mark(comment);
+  if (!mark || !mark->matched || mark->locked) return r;
+  const std::string waiting = with_market_mark(
+      comment, market_mark_waiting(mark->bid, cfg.prices.currency,
+                                   next_round_after(now, cfg.market.interval_seconds)));
+  int rc = hold_job_as_slurm_user(job_id, waiting.c_str());
+  r.kind = rc == SLURM_SUCCESS ? K::kHeld : K::kFailed;
+  if (rc != SLURM_SUCCESS) r.why = slurm_strerror(rc);
+  return r;
+}
+
+JobSignal job_signal_order(const job_record_t* job, uint16_t signal) {
+  JobSignal s;
+  s.job_id = job->job_id;
+  s.signal = signal;
+  s.nodes = job->nodes ? job->nodes : "";
+  s.protocol_version = SLURM_PROTOCOL_VERSION;
+  if (job->node_bitmap) {
+    for (int i = 0; i < node_record_count; i++) {
+      if (!bit_test(job->node_bitmap, i) || !node_record_table_ptr[i]) continue;
+      s.protocol_version = std::min(s.protocol_version, node_record_table_ptr[i]->protocol_version);
+    }
+  }
+  return s;
+}
+
+// The message job_mgr.c's _signal_job() builds for KILL_FULL_JOB: every
+// step and the batch script (slurmd: _kill_all_active_steps), with a step id
+// no step can have.
+void signal_nodes(const JobSignal& s) {
+  if (s.nodes.empty()) return;
+  hostlist_t hl = hostlist_create(s.nodes.c_str());
+  if (!hl) return;
+  int n = hostlist_count(hl);
+  if (n <= 0) {
+    hostlist_destroy(hl);
+    return;
+  }
+  auto* msg = static_cast<signal_tasks_msg_t*>(xmalloc(sizeof(signal_tasks_msg_t)));
+  msg->step_id.job_id = s.job_id;
+  msg->step_id.step_id = slurm_conf.max_step_cnt + 1;
+  msg->step_id.step_het_comp = NO_VAL;
+  msg->flags = KILL_JOB_BATCH | KILL_FULL_JOB;
+  msg->signal = s.signal;
+  auto* args = static_cast<agent_arg_t*>(xmalloc(sizeof(agent_arg_t)));
+  args->msg_type = REQUEST_SIGNAL_TASKS;
+  args->retry = 1;
+  args->hostlist = hl;
+  args->node_count = static_cast<uint32_t>(n);
+  args->protocol_version = s.protocol_version;
+  args->msg_args = msg;
+  set_agent_arg_r_uid(args, SLURM_AUTH_UID_ANY);
+  agent_queue_request(args);
+}
+
+bool jobs_loaded() { return planc_jobs_loaded(); }
+
+bool requeues(const job_record_t* job) { return job->details && job->details->requeue; }
+
+std::optional<bool> requeues(uint32_t job_id) {
+  const job_record_t* job = find_job_record(job_id);
+  if (!job) return std::nullopt;
+  return requeues(job);
+}
+
+void sigterm_batch_script(job_record_t* job) {
+  if (job->batch_flag) job_signal(job, SIGTERM, KILL_JOB_BATCH, 0, false);
+}
+
+std::vector<uint32_t> ended_jobs(const std::vector<uint32_t>& ids) {
+  std::vector<uint32_t> ended;
+  for (uint32_t id : ids) {
+    const job_record_t* job = find_job_record(id);
+    if (!job || IS_JOB_FINISHED(job)) ended.push_back(id);
+  }
+  return ended;
+}
+
+Entitlement entitlement_of(const PlancConfig& cfg, const job_record_t* job) {
+  Entitlement e;
+  e.account = str(job->account);
+  assoc_mgr_lock_t locks = {.assoc = READ_LOCK, .qos = READ_LOCK};
+  assoc_mgr_lock(&locks);
+  const slurmdb_assoc_rec_t* assoc = job->assoc_ptr;
+  if (assoc && assoc->usage && assoc->usage->valid_qos && assoc_mgr_qos_list) {
+    e.known = true;
+    ListIterator it = list_iterator_create(assoc_mgr_qos_list);
+    while (auto* qos = static_cast<slurmdb_qos_rec_t*>(list_next(it))) {
+      if (!qos->name || !cfg.tiers.find_by_qos(qos->name)) continue;
+      if (static_cast<int64_t>(qos->id) < bit_size(assoc->usage->valid_qos) &&
+          bit_test(assoc->usage->valid_qos, qos->id))
+        e.qos.emplace_back(qos->name);
+    }
+    list_iterator_destroy(it);
+  }
+  assoc_mgr_unlock(&locks);
+  return e;
+}
+
+std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids) {
+  std::map<uint32_t, JobView> out;
+  for (uint32_t id : ids) {
+    const job_record_t* job = find_job_record(id);
+    if (!job) continue;
+    JobView v;
+    if (IS_JOB_COMPLETING(job))
+      v.state = JobView::State::kCompleting;
+    else if (IS_JOB_PENDING(job))
+      v.state = JobView::State::kPending;
+    else if (IS_JOB_RUNNING(job) || IS_JOB_SUSPENDED(job))
+      v.state = JobView::State::kRunning;
+    else
+      v.state = JobView::State::kFinished;
+    v.in_preemption = job->preempt_time != 0;
+    v.preempted_state = (job->job_state & JOB_STATE_BASE) == JOB_PREEMPTED;
+    v.cancelled = (job->job_state & JOB_STATE_BASE) == JOB_CANCELLED;
+    v.waits_on_preemption = IS_JOB_PENDING(job) && job->details && job->details->preempt_start_time;
+    v.run = job->restart_cnt;
+    out[id] = v;
+  }
+  return out;
+}
+
+void set_owner_note(job_record_t* job, const std::string& note) {
+  xfree(job->system_comment);
+  job->system_comment = xstrdup(note.c_str());
+  if (auto comment = admin_comment_with_note(job->admin_comment ? job->admin_comment : "", note)) {
+    xfree(job->admin_comment);
+    job->admin_comment = xstrdup(comment->c_str());
+  }
+}
+
+namespace {
+
+// Killing the batch script alone (KILL_JOB_BATCH: slurmstepd kill()s only
+// the shell's pid) orphans everything the script started; with
+// KILL_FULL_JOB as well, slurmstepd killpg()s the script's process group
+// and slurmd signals the job's other steps too (bench-preempt left one
+// orphan `sleep` per victim without it).
+constexpr uint16_t kWholeJob = KILL_JOB_BATCH | KILL_FULL_JOB;
+
+}  // namespace
+
+bool end_grace(uint32_t victim, uint32_t preemptor, const std::string& note) {
+  job_record_t* job = find_job_record(victim);
+  time_t now = time(nullptr);
+  if (!job || !IS_JOB_RUNNING(job) || !job->preempt_time || now < job->end_time) return false;
+  job_record_t* p = preemptor ? find_job_record(preemptor) : nullptr;
+  set_owner_note(job, note);
+  if (job->batch_flag) job_signal(job, SIGKILL, kWholeJob, 0, false);
+  slurm_job_preempt(job, p, slurm_job_preempt_mode(job), false);
+  if (p && IS_JOB_PENDING(p) && p->details) p->details->preempt_start_time = now;
+  return true;
+}
+
+bool call_off(uint32_t victim, const std::string& note) {
+  job_record_t* job = find_job_record(victim);
+  if (!job || !IS_JOB_RUNNING(job) || !job->preempt_time) return false;
+  job->preempt_time = 0;
+  job_end_time_reset(job);  // from its start and time limit, as before the grace
+  set_owner_note(job, note);
+  last_job_update = time(nullptr);
+  return true;
+}
+
+int requeue_preempted(uint32_t victim) {
+  job_record_t* job = find_job_record(victim);
+  if (!job) return ESLURM_INVALID_JOB_ID;
+  if (IS_JOB_PENDING(job) && !IS_JOB_COMPLETING(job)) return ESLURM_JOB_PENDING;
+  return job_requeue(slurm_conf.slurm_user_id, victim, nullptr, true, 0);
+}
+
+bool release_preemptor(uint32_t preemptor) {
+  job_record_t* p = find_job_record(preemptor);
+  if (!p || !IS_JOB_PENDING(p) || !p->details || !p->details->preempt_start_time) return false;
+  p->details->preempt_start_time = 0;
+  return true;
+}
+
+RunEndFacts run_end_facts(const job_record_t* job) {
+  using E = RunEndFacts::Ending;
+  RunEndFacts f;
+  f.wait_status = job->exit_code == NO_VAL ? 0 : job->exit_code;
+  switch (job->job_state & JOB_STATE_BASE) {
+    case JOB_PREEMPTED:
+      f.ending = E::kPreempted;
+      break;
+    case JOB_COMPLETE:
+      f.ending = E::kCompleted;
+      break;
+    case JOB_FAILED:
+    case JOB_OOM:
+      f.ending = E::kFailed;
+      break;
+    case JOB_CANCELLED:
+      f.ending = E::kCancelled;
+      break;
+    case JOB_NODE_FAIL:
+    case JOB_BOOT_FAIL:
+      f.ending = E::kNodeFail;
+      break;
+    default:
+      f.ending = E::kOther;
+      break;
+  }
+  // Requeued by someone during the grace (scontrol requeue): it runs again
+  // anyway; Slurm's record says REQUEUED.
+  if (job->job_state & JOB_REQUEUE) f.ending = E::kPreempted;
+  return f;
+}
+
+std::string cancelled_by(const job_record_t* job) {
+  if (job->requid == job->user_id) return "by its owner";
+  if (job->requid == static_cast<uid_t>(-1)) return "";
+  return "by uid " + std::to_string(job->requid);
+}
+
+void set_run_end_state(job_record_t* job, RunEndVerdict verdict) {
+  uint32_t flags = job->job_state & JOB_STATE_FLAGS;
+  if (verdict == RunEndVerdict::kTreatAsPreempted) {
+    job->job_state = JOB_PREEMPTED | flags;
+  } else if (verdict == RunEndVerdict::kFinished) {
+    job->job_state = JOB_COMPLETE | flags;
+    job->state_reason = WAIT_NO_REASON;
+    xfree(job->state_desc);
+    job->preempt_time = 0;  // the preemption is over: the job finished
+  }
+}
+
+}  // namespace planc::slurm
