@@ -1,6 +1,14 @@
 // slurmctld/planc's state and the functions of its roles: what the entry
 // points in slurmctld_planc.cc, the worker and the recorder share.
-// Plugin-internal (includes Slurm's headers).
+// Plugin-internal (includes Slurm's headers).  One file per role:
+//   ctld_starvation.cc      the starvation scan and the 5 s spot-cap sample
+//   ctld_journal.cc         the run-start journal and the job-begin hook
+//   ctld_market.cc          the P2 market's floors and its rounds' clearing
+//   ctld_market_recorder.cc the recorder thread: round records to PostgreSQL
+//   ctld_infusion.cc        capacity infusion's controller
+//   ctld_metrics.cc         the metrics snapshot for planc-exporter
+//   ctld_show_config.cc     what `scontrol show config` shows
+//   slurmctld_planc.cc      Slurm's entry points, planc_*_v1, the worker loop
 //
 // Threads: Slurm's (init, fini, get_config's RPC, the job-begin hook under
 // the job and node write locks, job_submit/planc's calls of planc_*_v1),
@@ -197,7 +205,7 @@ struct Controller {
 // without a context.
 Controller* controller();
 
-// --- starvation and spot cap (worker) ---------------------
+// --- starvation and spot cap: ctld_starvation.cc (worker) --------------------
 
 // One starvation scan: free attempts started and ended.
 void starvation_scan(Controller& c);
@@ -214,7 +222,7 @@ std::string spot_sample(Controller& c, int* gpu_pos, const std::string& last_wri
                         planc::PoolUsage* pool, planc::slurm::InfusionJobs* infusion)
     EXCLUDES(c.started_mu, c.usage_mu);
 
-// --- the run-start journal ------------------------------------
+// --- the run-start journal: ctld_journal.cc ----------------------------------
 
 // init(): the directory, today's file, the job-begin hook.  A journal that
 // cannot be set up is logged and left off.
@@ -227,7 +235,7 @@ void journal_tick(Controller& c, bool* hook_warned) EXCLUDES(c.journal_mu);
 // Whether slurmctld's job-begin hook is still ours.
 bool journal_hook_ours();
 
-// --- the P2 market (worker) -------------------------------------
+// --- the P2 market: ctld_market.cc (worker) ----------------------------------
 
 // The floors last set (null while the market is closed).
 std::shared_ptr<const planc::MarketFloors> market_floors(Controller& c) EXCLUDES(c.floors_mu);
@@ -237,7 +245,7 @@ std::shared_ptr<const planc::MarketFloors> market_floors(Controller& c) EXCLUDES
 void market_tick(Controller& c, const planc::PlancConfig& cfg, const planc::PoolUsage& pool,
                  bool reloaded, int gpu_pos) EXCLUDES(c.floors_mu);
 
-// --- round records --------------------------------------
+// --- round records: ctld_market_recorder.cc ----------------------------------
 
 // init(): starts the recorder where the bills are (JobCompType=jobcomp/planc).
 void start_recorder(Controller& c) EXCLUDES(c.rec_mu);
@@ -245,19 +253,19 @@ void stop_recorder(Controller& c) EXCLUDES(c.rec_mu);
 // The worker, after a clearing: the record on disk, then the recorder told.
 void record_round(Controller& c, const planc::MarketRoundRecord& rec) EXCLUDES(c.rec_mu);
 
-// --- capacity infusion (worker) --------------------------------
+// --- capacity infusion: ctld_infusion.cc (worker) ----------------------------
 
 // Each sample: feeds the idle window and acts on the controller's decision.
 void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::PoolUsage& pool,
                    const planc::slurm::InfusionJobs& jobs, bool reloaded) EXCLUDES(c.infusion_mu);
 
-// --- the metrics snapshot (worker) ------------------------------
+// --- the metrics snapshot: ctld_metrics.cc (worker) --------------------------
 
 // Written outside every lock after each sample.
 void write_metrics(Controller& c, const planc::PoolUsage& pool, const planc::IdleCrossings& idle,
                    const planc::ConfigWatch& watch) EXCLUDES(c.floors_mu, c.infusion_mu);
 
-// --- `scontrol show config` ---------------------------------
+// --- `scontrol show config`: ctld_show_config.cc -----------------------------
 
 // slurmctld_plugstack_p_get_config's key/value pairs (an RPC thread).
 void show_config(Controller& c, config_plugin_params_t* p)

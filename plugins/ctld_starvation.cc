@@ -1,0 +1,213 @@
+// slurmctld/planc's starvation upgrade and daily spot cap
+// (plugins/ctld_state.h), both the worker's:
+//   starvation upgrade  every StarvationInterval, P3 jobs that have waited
+//                       longer than StarvationThreshold for the cluster get
+//                       one free attempt as P2 (common/starvation.h); the
+//                       attempt is marked in AdminComment
+//                       (common/job_marks.h) and undone when it ends by
+//                       requeue;
+//   daily spot cap      every few seconds, the running spot jobs' card-seconds
+//                       per account and tier (common/spot_cap.h), kept in
+//                       StateSaveLocation/planc_spot_state; job_submit/planc
+//                       asks for them through planc_spot_used_v1() and
+//                       counts its refusals through planc_spot_refused_v1().
+// A scan takes the job read lock, collects the facts and releases it; each
+// change is then made through slurmctld's own update_job() under the write
+// locks an update RPC takes (as slurmctld/nonstop does), one job per lock
+// hold.
+#include "plugins/ctld_state.h"
+
+#include <chrono>
+#include <utility>
+
+#include "common/job_marks.h"
+#include "common/preempt_policy.h"  // format_utc
+#include "common/starvation.h"
+#include "common/state_file.h"
+
+namespace planc::ctld {
+namespace {
+
+using planc::TierId;
+
+slurmctld_lock_t job_read_lock() { return {.job = READ_LOCK}; }
+
+std::string comment_after_upgrade(const Controller& c, uint32_t job_id, const planc::Upgrade& u,
+                                  time_t now) {
+  std::string mark = planc::free_attempt_mark(*c.config, u.from, u.to, now, u.waited_seconds,
+                                              planc::reason_name(u.reason));
+  return planc::add_free_attempt_mark(planc::slurm::admin_comment(job_id), mark);
+}
+
+// One job per lock hold; the facts are read again under the write lock, so
+// a job that started, was held or changed tier since the scan is skipped.
+bool upgrade(Controller& c, const planc::Upgrade& planned) {
+  const planc::PlancConfig& cfg = *c.config;
+  slurmctld_lock_t locks = planc::slurm::job_update_locks();
+  lock_slurmctld(locks);
+  time_t now = time(nullptr);
+  auto job = planc::slurm::pending_job(*c.tiers, planned.job_id);
+  int rc = SLURM_SUCCESS;
+  bool done = false;
+  planc::Upgrade u = planned;
+  if (job && planc::is_starving(cfg, *job, now)) {
+    u.waited_seconds = static_cast<uint32_t>(now - job->eligible_since);
+    u.reason = job->reason;
+    std::string comment = comment_after_upgrade(c, u.job_id, u, now);
+    rc = planc::slurm::update_job_as_slurm_user(u.job_id, cfg.tiers.tier(u.to).qos.c_str(),
+                                                comment.c_str());
+    done = rc == SLURM_SUCCESS;
+  }
+  unlock_slurmctld(locks);
+  const char* from = cfg.tiers.tier(u.from).label.c_str();
+  const char* to = cfg.tiers.tier(u.to).label.c_str();
+  if (done)
+    info("%s: JobId=%u upgraded from %s to %s (free attempt) after waiting %u s for %s",
+         plugin_type, u.job_id, from, to, u.waited_seconds,
+         std::string(planc::reason_name(u.reason)).c_str());
+  else if (rc != SLURM_SUCCESS)
+    error("%s: JobId=%u: upgrade to %s failed: %s (tried again next interval)", plugin_type,
+          u.job_id, to, slurm_strerror(rc));
+  return done;
+}
+
+// A marked pending job whose attempt is over (requeued) goes back to the
+// tier it came from; one moved to another tier by someone loses the mark.
+bool settle_mark(Controller& c, uint32_t job_id) {
+  const planc::PlancConfig& cfg = *c.config;
+  slurmctld_lock_t locks = planc::slurm::job_update_locks();
+  lock_slurmctld(locks);
+  auto job = planc::slurm::marked_job(*c.tiers, job_id);
+  planc::MarkAction action = job ? planc::decide_marked(*job) : planc::MarkAction::kKeep;
+  const TierId from = job ? job->from : TierId::kP3, to = job ? job->to : TierId::kP2;
+  int rc = SLURM_SUCCESS;
+  if (action != planc::MarkAction::kKeep) {
+    std::string comment = planc::remove_free_attempt_mark(planc::slurm::admin_comment(job_id));
+    const char* qos =
+        action == planc::MarkAction::kBack ? cfg.tiers.tier(from).qos.c_str() : nullptr;
+    rc = planc::slurm::update_job_as_slurm_user(job_id, qos, comment.c_str());
+  }
+  unlock_slurmctld(locks);
+  if (action == planc::MarkAction::kKeep) return false;
+  if (rc != SLURM_SUCCESS) {
+    error("%s: JobId=%u: ending its free attempt failed: %s (tried again next interval)",
+          plugin_type, job_id, slurm_strerror(rc));
+    return false;
+  }
+  if (action == planc::MarkAction::kBack)
+    info("%s: JobId=%u: free %s attempt ended by requeue; back in %s, waiting time restarts",
+         plugin_type, job_id, cfg.tiers.tier(to).label.c_str(), cfg.tiers.tier(from).label.c_str());
+  else
+    info("%s: JobId=%u left %s during its free attempt; free-attempt mark removed", plugin_type,
+         job_id, cfg.tiers.tier(to).label.c_str());
+  return true;
+}
+
+}  // namespace
+
+void starvation_scan(Controller& c) {
+  const planc::PlancConfig& cfg = *c.config;
+  std::vector<planc::PendingJob> starvable;
+  std::vector<planc::MarkedJob> marked;
+  std::vector<uint32_t> watch;
+  // Timed from holding the lock (not waiting for it): the scan's cost to
+  // the rest of slurmctld.
+  slurmctld_lock_t read = job_read_lock();
+  lock_slurmctld(read);
+  auto t0 = std::chrono::steady_clock::now();
+  size_t seen = planc::slurm::collect_pending(*c.tiers, &starvable, &marked, &watch);
+  unlock_slurmctld(read);
+  c.watch.rescanned(std::move(watch));
+  std::vector<planc::Upgrade> todo = planc::select_upgrades(cfg, starvable, time(nullptr));
+  uint64_t usec = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  c.stats.scans++;
+  c.stats.total_scan_usec += usec;
+  c.stats.last_scan_usec = usec;
+  c.stats.last_scan_jobs = seen;
+  if (usec > c.stats.max_scan_usec) c.stats.max_scan_usec = usec;
+  debug("%s: scan of %zu pending jobs (%zu may starve, %zu marked) took %lu us; %zu to upgrade",
+        plugin_type, seen, starvable.size(), marked.size(), static_cast<unsigned long>(usec),
+        todo.size());
+
+  bool changed = false;
+  for (const planc::MarkedJob& m : marked)
+    if (planc::decide_marked(m) != planc::MarkAction::kKeep && settle_mark(c, m.job_id)) {
+      changed = true;
+      c.stats.reverts++;
+    }
+  for (const planc::Upgrade& u : todo)
+    if (upgrade(c, u)) {
+      changed = true;
+      c.stats.upgrades++;
+    }
+  if (changed) {
+    schedule_job_save();  // both only signal other threads
+    queue_job_scheduler();
+  }
+}
+
+std::unique_ptr<planc::SpotLedger> load_spot_state(const Controller& c,
+                                                   const planc::PlancConfig& cfg) {
+  auto rule = planc::SpotDayRule::of(cfg);
+  auto loaded = planc::load_state_file<planc::SpotLedger>(
+      c.state_path, time(nullptr),
+      [&](const std::string& text) { return planc::SpotLedger::parse(text, rule); },
+      [&] { return planc::SpotLedger(rule); }, "today's spot use restarts from zero");
+  if (!loaded.problem.empty())
+    error("%s: %s", plugin_type, loaded.problem.c_str());
+  else if (loaded.value.as_of())
+    info("%s: spot use restored from %s (as of %s)", plugin_type, c.state_path.c_str(),
+         planc::format_utc(loaded.value.as_of()).c_str());
+  return std::make_unique<planc::SpotLedger>(std::move(loaded.value));
+}
+
+void publish_usage(Controller& c) {
+  auto u = std::make_shared<const planc::SpotUsage>(c.ledger->usage());
+  planc::MutexLock l(c.usage_mu);
+  c.usage = std::move(u);
+}
+
+std::string spot_sample(Controller& c, int* gpu_pos, const std::string& last_written,
+                        planc::PoolUsage* pool, planc::slurm::InfusionJobs* infusion) {
+  if (*gpu_pos < 0) *gpu_pos = planc::slurm::gpu_tres_position();
+  std::vector<uint32_t> tracked = c.ledger->tracked_ids();
+  const bool hook_ours = journal_hook_ours();
+  planc::slurm::JobSample sample;
+  slurmctld_lock_t read = {.job = READ_LOCK, .node = READ_LOCK, .fed = READ_LOCK};
+  const auto t0 = std::chrono::steady_clock::now();
+  lock_slurmctld(read);
+  const auto t1 = std::chrono::steady_clock::now();
+  std::vector<uint32_t> started;
+  {
+    planc::MutexLock l(c.started_mu);
+    started.swap(c.started);
+    if (c.started_lost) c.watch.lost_starts();
+    c.started_lost = false;
+  }
+  const planc::slurm::JobIdSpace ids = planc::slurm::job_id_space();
+  const planc::JobWatch::Plan plan = c.watch.plan(started, ids.next, ids.first, ids.max, hook_ours);
+  planc::slurm::sample_jobs(*c.tiers, *gpu_pos, tracked, plan, c.replica_ids, &sample);
+  unlock_slurmctld(read);
+  using std::chrono::duration_cast, std::chrono::microseconds;
+  const uint64_t usec = duration_cast<microseconds>(std::chrono::steady_clock::now() - t1).count();
+  c.watch.sampled(std::move(sample.watch), ids.next);
+  c.stats.samples++;
+  c.stats.sample_visited += sample.visited;
+  if (sample.walked) c.stats.sample_walks++;
+  c.stats.watched = c.watch.size();
+  c.stats.sample_lock_wait_usec += duration_cast<microseconds>(t1 - t0).count();
+  c.stats.sample_lock_usec += usec;
+  if (usec > c.stats.sample_max_lock_usec.load()) c.stats.sample_max_lock_usec = usec;
+  *pool = sample.pool;
+  *infusion = std::move(sample.infusion);
+  c.sla.observe(c.config->sla_start_seconds, sample.guaranteed_running, sample.guaranteed_held,
+                sample.guaranteed_pending);
+  c.ledger->sample(time(nullptr), sample.spot_running, sample.spot_ended);
+  publish_usage(c);
+  std::string text = c.ledger->serialize();
+  return text == last_written ? std::string() : text;
+}
+
+}  // namespace planc::ctld
