@@ -21,8 +21,9 @@
 // job_submit/planc's planc_*_v1 calls) and never held while taking a
 // slurmctld lock or another of these mutexes.  Each is held for a few
 // field accesses, never across an open, an fsync or a database call;
-// journal_mu also around the hook's one write(2).  mu and rec_mu are the
-// threads' stop flags, held by each thread while it sleeps.
+// journal_mu also around the journal's write(2)s (the hook's one, the
+// worker's retries).  mu and rec_mu guard the threads' stop and wake-up
+// flags; each thread waits on its condition variable with its own.
 #ifndef PLANC_PLUGINS_CTLD_STATE_H_
 #define PLANC_PLUGINS_CTLD_STATE_H_
 
