@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "common/infusion.h"
-#include "common/market.h"
+#include "common/market_life.h"
 
 namespace planc {
 namespace {
@@ -95,18 +95,24 @@ Bill price_segment(const PlancConfig& cfg, const Segment& seg) {
   // matched at per card-hour, whatever the GPU type, instead of list x the
   // tier's factor; cores and memory keep the tier's factor.
   // A run booked with --lock-price pays its locked price the same way.
+  // A P2 run the market priced (common/market_life.h: matched in a round,
+  // a --lock-price booking, or a run started outside the rounds at the
+  // floor) pays that price per card-hour, whatever the GPU type, instead
+  // of list x the tier's factor; cores and memory keep the tier's factor.
+  // The life must be for this very run: a win covers one run.
   std::optional<Micros> matched;
-  const char* how = "matched";
+  std::string how;
   if (tier && tier->id == TierId::kP2)
-    if (auto m = read_market_mark(seg.admin_comment)) {
-      matched = m->matched ? m->matched : m->locked;
-      if (!m->matched && m->locked) how = "locked";
-    }
+    if (auto life = parse_life(seg.admin_comment))
+      if (auto p = run_price(*life, seg.segment)) {
+        matched = p->price;
+        how = p->how;
+      }
   if (matched && any_card) {
     card_value = static_cast<i128>(b.card_micro_seconds) * *matched;
     b.card_hour_price = *matched;
-    b.note += "P2 market: cards at the " + std::string(how) + " " + format_micros(*matched) + " " +
-              b.currency + "/card-hour; ";
+    b.note += "P2 market: cards at the " + how + " " + format_micros(*matched) + " " + b.currency +
+              "/card-hour" + (how == "floor" ? " (the run started outside the rounds)" : "") + "; ";
   }
   // A serving replica capacity infusion added (common/infusion.h): billed
   // to its pool's own account at its tier's price, the platform's internal

@@ -328,6 +328,9 @@ class Parser {
   bool set_market_interval(const Pair& p) {
     return duration_value(p, 1, 86400, &cfg_.market.interval_seconds);
   }
+  bool set_market_reserve(const Pair& p) {
+    return duration_value(p, 0, 7 * 86400, &cfg_.market.reserve_after_seconds);
+  }
   bool set_market_min(const Pair& p) {
     auto m = parse_decimal_micros(p.value);
     if (!m || *m <= 0 || *m > kMicrosPerUnit)
@@ -422,7 +425,14 @@ class Parser {
     return true;
   }
   bool set_pool_account(const Pair& p) { return name_value(p, &pool_->account, false); }
-  bool set_pool_user(const Pair& p) { return name_value(p, &pool_->user, false); }
+  bool set_pool_user(const Pair& p) {
+    if (!name_value(p, &pool_->user, false)) return false;
+    if (pool_->user == "root" || pool_->user == "0")
+      return bad(p,
+                 "a pool's replicas may not run as root: give the platform's own user, e.g. "
+                 "User=maas (useradd --system maas)");
+    return true;
+  }
   // An absolute path; else "'<value>' is not an absolute path (<what>)".
   bool absolute_path_value(const Pair& p, const char* what, std::string* out) {
     if (p.value.empty() || p.value[0] != '/')
@@ -469,6 +479,21 @@ class Parser {
                                                " must be below InfusionIdleP1 (" +
                                                permille_text(s.p1_idle_permille) +
                                                "): a pool that grew would shrink at once");
+    // A P1 replica is given back to P0/P1 work, which must start within
+    // SlaStartSeconds of its submission: the drain grace, the kill, the
+    // node's cleanup and a scheduling pass must all fit.
+    const uint32_t sla = cfg_.sla_start_seconds;
+    const uint32_t most = sla > kReclaimMarginSeconds ? sla - kReclaimMarginSeconds : 0;
+    for (const PoolConfig& pool : cfg_.infusion.pools)
+      if (pool.tier == TierId::kP1 && pool.drain_grace_seconds > most) {
+        line_ = pool.line;
+        return set_error("key 'DrainGrace': pool '" + pool.name + "' drains its replicas for " +
+                         std::to_string(pool.drain_grace_seconds) +
+                         " s, but a P1 replica is given back to guaranteed work that must start "
+                         "within " +
+                         std::to_string(sla) + " s (SlaStartSeconds): at most " +
+                         std::to_string(most) + " s");
+      }
     return true;
   }
 
@@ -670,6 +695,7 @@ class Parser {
       {"MarketInterval", &Parser::set_market_interval},
       {"MarketMinFraction", &Parser::set_market_min},
       {"MarketFloorCurve", &Parser::set_market_curve},
+      {"MarketReserveAfter", &Parser::set_market_reserve},
       {"Infusion", &Parser::set_infusion},
       {"InfusionIdleP1", &Parser::set_idle_p1},
       {"InfusionIdleP3", &Parser::set_idle_p3},
@@ -878,6 +904,16 @@ Result<PlancConfig> load_config(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return parse_config(ss.str(), path);
+}
+
+std::optional<std::string> pool_user_refusal(const PoolConfig& pool, std::string_view slurm_user) {
+  if (pool.user == "root" || pool.user == "0" || (!slurm_user.empty() && pool.user == slurm_user))
+    return "pool '" + pool.name + "' (planc.conf line " + std::to_string(pool.line) +
+           ") runs its replicas as " + pool.user +
+           (pool.user == slurm_user ? std::string(", slurmctld's own SlurmUser") : std::string()) +
+           ": a replica runs the pool's script with that user's rights; give the platform's own "
+           "user (User=maas)";
+  return std::nullopt;
 }
 
 std::string planc_conf_path(std::string_view slurm_conf_path) {

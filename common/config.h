@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +71,9 @@ struct MarketConfig {
   uint32_t min_permille = 300;          // MarketMinFraction, of the list price
   std::vector<FloorPoint> floor_curve{{0, 1000}, {300, 800}, {600, 600}};  // MarketFloorCurve
   uint32_t lock_ahead_seconds = 24 * 3600;  // --lock-price: --begin at most this far ahead
+  // The large-bid rule (common/market.h): a bid short of room this long
+  // holds what is left of its market until it fits.
+  uint32_t reserve_after_seconds = 3600;  // MarketReserveAfter
 };
 
 // Capacity infusion (policy 000, section 4; issue 16): serving pools that
@@ -88,6 +92,14 @@ struct PoolConfig {
   std::string output;  // replica's stdout (sbatch -o); empty: <home>/planc-pool-<name>-%j.out
   size_t line = 0;     // planc.conf line, for messages
 };
+
+// What a P1 pool's DrainGrace leaves of SlaStartSeconds for the rest of a
+// reclaim: the kill, the node's cleanup and a scheduling pass.
+inline constexpr uint32_t kReclaimMarginSeconds = 10;
+
+// Why slurmctld may not run a pool's replicas as its User (root, checked
+// when planc.conf is read, or slurmctld's own SlurmUser): none when it may.
+std::optional<std::string> pool_user_refusal(const PoolConfig& pool, std::string_view slurm_user);
 
 struct InfusionConfig {
   bool enabled = false;  // Infusion=yes

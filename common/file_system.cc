@@ -99,3 +99,58 @@ ErrorCode error_code_of_errno(int err) {
 }
 
 }  // namespace planc
+
+namespace planc {
+
+std::optional<std::string> read_trusted_script(const std::string& path, std::string* out) {
+  const std::string fix = ": chown root " + path + " and chmod go-w it (and its directory)";
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos || slash == 0 ? "/" : path.substr(0, slash);
+  struct stat ds;
+  if (::stat(dir.c_str(), &ds) != 0)
+    return system_error("cannot read the directory of", path, errno);
+  if (ds.st_uid != 0 || (ds.st_mode & (S_IWGRP | S_IWOTH)))
+    return "Script=" + path + ": its directory " + dir + " is " +
+           (ds.st_uid != 0 ? "owned by uid " + std::to_string(ds.st_uid) + ", not root"
+                           : std::string("writable by group or others")) +
+           ", so others could replace the script" + fix;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP)
+      return "Script=" + path + " is a symbolic link: give the script's own path" + fix;
+    return system_error("cannot read the pool's Script", path, errno);
+  }
+  struct stat st;
+  std::optional<std::string> why;
+  if (::fstat(fd, &st) != 0)
+    why = system_error("cannot read the pool's Script", path, errno);
+  else if (!S_ISREG(st.st_mode))
+    why = "Script=" + path + " is not a regular file";
+  else if (st.st_uid != 0)
+    why = "Script=" + path + " is owned by uid " + std::to_string(st.st_uid) +
+          ", not root: slurmctld runs it for the pool" + fix;
+  else if (st.st_mode & (S_IWGRP | S_IWOTH))
+    why = "Script=" + path + " is writable by group or others" + fix;
+  if (!why) {
+    out->clear();
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        why = system_error("cannot read the pool's Script", path, errno);
+        break;
+      }
+      if (n == 0) break;
+      out->append(buf, static_cast<size_t>(n));
+      if (out->size() > (4u << 20)) {
+        why = "Script=" + path + " is larger than 4 MiB: not a batch script";
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  return why;
+}
+
+}  // namespace planc

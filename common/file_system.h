@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,14 @@ PosixFileSystem& posix_file_system();
 // "<what> <path>: <strerror(err)>", e.g. "cannot append to /x/1.spool: No
 // space left on device".
 std::string system_error(const char* what, const std::string& path, int err);
+
+// A pool's batch script, read only when slurmctld may trust it (it runs as
+// the pool's user, submitted by slurmctld itself): a regular file, not a
+// symbolic link, owned by root, not writable by group or others, in a
+// directory owned by root and not writable by group or others.  Read from
+// the descriptor that was checked.  None on success; else what is wrong and
+// what to do.
+std::optional<std::string> read_trusted_script(const std::string& path, std::string* out);
 
 // What an errno means to a caller deciding what to do (common/result.h):
 // ENOENT kNotFound; permissions, a read-only file system, a file where a

@@ -19,9 +19,16 @@
 //     the P3 threshold the P1 pool.  A pool grows only below its maximum
 //     and when a replica fits in the idle GPUs;
 //   - a pool shrinks (voluntarily) when idle falls below its threshold minus
-//     the hysteresis, P3 first, never below its minimum;
-//   - guaranteed work waiting shrinks the infused P1 pool at once, ignoring
-//     the cooldown and the hourly limit (giving back is never held up);
+//     the hysteresis, P3 first, never below its minimum.  The hysteresis is
+//     at least one replica's share of the pool: a shrink that would lift
+//     idle back above the threshold would be undone by the next grow;
+//   - guaranteed work that reclaiming replicas would let start
+//     (reclaimable_demand) stops every grow and every voluntary shrink for
+//     as long as it waits, whatever is being freed for it; when it needs
+//     more GPUs than are idle within the 80% cap plus those already being
+//     freed (replicas draining, jobs in a preemption's grace), the infused
+//     P1 pool gives one replica back at once, ignoring the cooldown and the
+//     hourly limit (giving back is never held up);
 //   - growing and voluntary shrinking wait for the cooldown since the last
 //     scale operation and stop at the hourly limit (a rolling hour);
 //   - crossing above the market threshold asks for a market round at once;
@@ -106,14 +113,62 @@ struct ServingPool {
   uint32_t replicas = 0;  // now
 };
 
+// Why a pending guaranteed (P0, P1) job waits, as slurmctld says it.
+enum class GuaranteedWait : uint8_t {
+  kNotYet,           // not looked at by the scheduler yet (just submitted)
+  kResources,        // Resources
+  kPriority,         // Priority
+  kCapLimit,         // the 80% cap: the guaranteed partition QoS's GrpTRES
+  kOtherLimit,       // another limit (per user, per account, ...)
+  kHeld,             // held
+  kDependency,       // a dependency
+  kBeginTime,        // its --begin
+  kUnavailableNode,  // it asks for a node that is down, drained or not responding
+  kOther,
+};
+struct PendingGuaranteed {
+  uint32_t job_id = 0;
+  uint32_t gpus = 0;
+  GuaranteedWait why = GuaranteedWait::kNotYet;
+};
+// The guaranteed jobs that giving infused P1 replicas back would let start,
+// and the GPUs they ask for: those waiting for Resources or Priority (or
+// not looked at yet) that fit under the cap, and those held by the cap
+// that the P1 replicas' GPUs would bring under it.  Never a job larger
+// than the cap, held, waiting on a dependency, its --begin or another
+// limit, or pinned to an unavailable node.  `cap`: the 80% cap in GPUs
+// (none: not enforced); `held`: GPUs P0 and P1 jobs hold, replicas
+// included; `p1_replica_gpus`: GPUs the infused P1 replicas hold.
+struct GuaranteedDemand {
+  uint64_t gpus = 0;
+  std::vector<uint32_t> jobs;
+};
+GuaranteedDemand reclaimable_demand(const std::vector<PendingGuaranteed>& pending,
+                                    std::optional<uint64_t> cap, uint64_t held,
+                                    uint64_t p1_replica_gpus);
+
+// What waiting guaranteed work means for the controller this pass.
+struct GuaranteedNeed {
+  bool waiting = false;  // some wait that replicas could serve: nothing grows
+  bool reclaim = false;  // more than is idle or being freed: give one back now
+};
+
 enum class InfusionAction : uint8_t { kNone, kGrow, kShrink };
+
+// What holds an operation the idle share asks for.
+enum class InfusionHold : uint8_t { kNone, kCooldown, kHourlyLimit, kGuaranteedWaiting };
 
 struct InfusionDecision {
   InfusionAction action = InfusionAction::kNone;
   std::string pool;
   bool reclaim = false;       // a shrink for waiting guaranteed work
   bool market_round = false;  // ask the market for a round now
-  std::string reason;         // for the log: why, or why not
+  // An operation wanted but held back: by what, and which (a grow or a
+  // shrink of the tier's pool); kNone when nothing was wanted.
+  InfusionHold held = InfusionHold::kNone;
+  InfusionAction held_action = InfusionAction::kNone;
+  TierId held_tier = TierId::kP1;
+  std::string reason;  // for the log: why, or why not
 };
 
 class InfusionController {
@@ -124,9 +179,9 @@ class InfusionController {
   void configure(InfusionSettings s) { s_ = s; }
 
   // `idle_gpus` of `pool_gpus` idle over the window (idle_permille is
-  // their ratio), and whether guaranteed jobs wait for GPUs.
-  InfusionDecision decide(time_t now, uint32_t idle_gpus, uint32_t pool_gpus,
-                          bool guaranteed_waiting, const std::vector<ServingPool>& pools);
+  // their ratio), and what guaranteed jobs waiting need.
+  InfusionDecision decide(time_t now, uint32_t idle_gpus, uint32_t pool_gpus, GuaranteedNeed need,
+                          const std::vector<ServingPool>& pools);
   // The caller did it: a grow or a voluntary shrink counts for the cooldown
   // and the hourly limit, a reclaim does not.
   void done(time_t now, const InfusionDecision& d);
@@ -139,11 +194,34 @@ class InfusionController {
 
  private:
   void forget_before(time_t t);
+  // The hysteresis for `p`: InfusionHysteresis, or one replica's share of
+  // the pool when that is more.
+  uint32_t hysteresis(const ServingPool& p, uint32_t pool_gpus) const;
+  const ServingPool* shrinkable(const std::vector<ServingPool>& pools, TierId tier, uint32_t idle,
+                                uint32_t threshold, uint32_t pool_gpus) const;
   time_t limit_window() const { return s_.limit_window_seconds ? s_.limit_window_seconds : 3600; }
   InfusionSettings s_;
   std::deque<time_t> ops_;  // scale operations, oldest first
   bool above_market_ = false;
 };
+
+// A replica as the controller sees it when it picks one to give back.
+struct ReplicaView {
+  uint32_t job_id = 0;
+  std::string pool;
+  bool running = false;
+  bool ending = false;  // draining already, in a preemption, or completing
+};
+// The replica of `pool` a shrink takes: never one already ending; the
+// newest first, pending before running when the pool shrinks (no server
+// interrupted), running first for a reclaim (only a running one frees
+// GPUs).  None when there is no such replica.
+std::optional<uint32_t> shrink_victim(const std::vector<ReplicaView>& replicas,
+                                      const std::string& pool, bool reclaim);
+// Replicas of pools planc.conf no longer has (and not ending yet): the
+// controller drains them.
+std::vector<uint32_t> orphan_replicas(const std::vector<ReplicaView>& replicas,
+                                      const std::vector<ServingPool>& pools);
 
 }  // namespace planc
 

@@ -37,6 +37,19 @@ std::string money(Micros m) { return format_micros(m); }
 
 }  // namespace
 
+std::string printable(std::string_view s, size_t max) {
+  std::string out;
+  for (char c : s) {
+    if (out.size() >= max) {
+      out += "...";
+      break;
+    }
+    const unsigned char u = static_cast<unsigned char>(c);
+    out += u >= 0x20 && u < 0x7f ? c : '?';
+  }
+  return out;
+}
+
 std::optional<std::vector<FloorPoint>> parse_floor_curve(std::string_view s, std::string* why) {
   std::vector<FloorPoint> out;
   size_t pos = 0;
@@ -148,10 +161,31 @@ bool FloorKeeper::sample(time_t now, uint32_t idle, uint32_t pool, const PlancCo
   return true;
 }
 
-MarketRound clear_market(const std::vector<MarketBid>& bids, uint32_t capacity, Micros floor,
-                         Micros list) {
+MarketReason loss_reason(BidOutcome o, const MarketBid& b) {
+  switch (o) {
+    case BidOutcome::kOutbid:
+      return MarketReason::kOutbid;
+    case BidOutcome::kNoRoom:
+      return MarketReason::kNoRoom;
+    case BidOutcome::kBelowFloor:
+      return MarketReason::kBelowFloor;
+    case BidOutcome::kTooLarge:
+      return MarketReason::kTooLarge;
+    case BidOutcome::kHeldForLarger:
+      return MarketReason::kHeldForLarger;
+    case BidOutcome::kNotEligible:
+      return b.ineligible.value_or(MarketReason::kOwnerHeld);
+    case BidOutcome::kWon:
+      break;
+  }
+  return MarketReason::kOutbid;
+}
+
+MarketRound clear_market(const std::vector<MarketBid>& bids, uint32_t capacity, uint32_t reachable,
+                         Micros floor, Micros list, time_t now, uint32_t reserve_after) {
   MarketRound r;
   r.capacity = capacity;
+  r.reachable = std::max(reachable, capacity);
   r.floor = floor;
   r.list = list;
   // Sorted as plain keys (price, submission, job id, index), not through
@@ -166,49 +200,110 @@ MarketRound clear_market(const std::vector<MarketBid>& bids, uint32_t capacity, 
       return job_id < o.job_id;
     }
   };
-  std::vector<Key> in, below;
+  std::vector<Key> in;
   in.reserve(bids.size());
+  r.results.reserve(bids.size());
+  std::vector<BidResult> tail;  // below the floor, not eligible
   for (uint32_t i = 0; i < bids.size(); i++) {
     const MarketBid& b = bids[i];
     const Key k{b.bid.value_or(list), b.submitted, b.job_id, i};
-    (k.price >= floor ? in : below).push_back(k);
+    if (b.ineligible)
+      tail.push_back({b.job_id, i, BidOutcome::kNotEligible, k.price, 0});
+    else if (k.price < floor)
+      tail.push_back({b.job_id, i, BidOutcome::kBelowFloor, k.price, 0});
+    else
+      in.push_back(k);
   }
-  // Only the winners and the first loser need their rank: a heap (built in
-  // O(n)) popped until the first bid that does not fit costs O(n + w log n)
-  // for w winners, where sorting every bid cost O(n log n) (bench-market:
-  // 10,000 bids for a few hundred GPUs).  The rest are outbid in no
-  // particular order.
+  // Only the bids up to where the room runs out (and the losers that set
+  // the winners' prices) need their rank: a heap (built in O(n)) popped
+  // that far costs O(n + k log n) where sorting every bid cost O(n log n)
+  // (bench-market: 10,000 bids for a few hundred GPUs).  The rest are
+  // outbid in no particular order.
   const auto worse = [](const Key& a, const Key& b) { return b < a; };  // heap top: the best
   std::make_heap(in.begin(), in.end(), worse);
-  r.results.reserve(bids.size());
-  uint32_t left = capacity;
-  std::optional<Micros> first_loser;
   size_t heap = in.size();
-  while (heap > 0 && !first_loser) {
+  auto pop = [&]() -> const Key& {
     std::pop_heap(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(heap), worse);
-    const Key& k = in[--heap];
+    return in[--heap];
+  };
+  uint32_t left = capacity;
+  bool held = false;
+  // Ranked bids looked at, with their outcome (winners and passed over).
+  while (heap > 0 && left > 0 && !held) {
+    const Key& k = pop();
+    const MarketBid& b = bids[k.index];
     BidResult res{k.job_id, k.index, BidOutcome::kWon, k.price, 0};
-    if (bids[k.index].gpus <= left) {
-      left -= bids[k.index].gpus;
-      r.allocated += bids[k.index].gpus;
+    if (b.gpus > r.reachable) {
+      res.outcome = BidOutcome::kTooLarge;
+    } else if (b.gpus <= left) {
+      left -= b.gpus;
+      r.allocated += b.gpus;
     } else {
       res.outcome = BidOutcome::kNoRoom;
-      first_loser = k.price;
+      // The large-bid rule: the first bid passed over that has waited long
+      // enough for room gets what is left, round after round.
+      if (b.no_room_since && now - b.no_room_since >= static_cast<time_t>(reserve_after)) {
+        held = true;
+        r.held_for = b.job_id;
+      }
     }
     r.results.push_back(res);
   }
-  for (size_t i = 0; i < heap; i++)
-    r.results.push_back({in[i].job_id, in[i].index, BidOutcome::kOutbid, in[i].price, 0});
-  r.clearing = std::max(floor, first_loser.value_or(floor));
-  for (BidResult& res : r.results)
-    if (res.outcome == BidOutcome::kWon) res.pays = bids[res.index].locked.value_or(r.clearing);
-  for (const Key& k : below)
-    r.results.push_back({k.job_id, k.index, BidOutcome::kBelowFloor, k.price, 0});
+  // Each winner pays the best loser ranked after it that could have used
+  // its GPUs plus what is left unsold (so its price never exceeds its own
+  // bid): the first such in rank order, among the bids passed over behind
+  // it, then those the room ran out before (popped from the heap only as
+  // far as a winner still has no price).  Bids behind a held room, too
+  // large or below the floor set no price.
+  const BidOutcome rest = held ? BidOutcome::kHeldForLarger : BidOutcome::kOutbid;
+  const uint32_t unsold = held ? 0 : left;
+  std::vector<size_t> unpriced;  // winners' positions in results
+  const size_t looked = r.results.size();
+  for (size_t w = 0; w < looked; w++) {
+    if (r.results[w].outcome != BidOutcome::kWon) continue;
+    const uint32_t room = bids[r.results[w].index].gpus + unsold;
+    std::optional<Micros> p;
+    for (size_t i = w + 1; i < looked && !p; i++)
+      if (r.results[i].outcome == BidOutcome::kNoRoom && bids[r.results[i].index].gpus <= room)
+        p = r.results[i].ranked_at;
+    if (p)
+      r.results[w].pays = std::max(floor, *p);
+    else
+      unpriced.push_back(w);
+  }
+  while (!unpriced.empty() && heap > 0 && !held) {
+    const Key& k = pop();
+    const MarketBid& b = bids[k.index];
+    const bool too_large = b.gpus > r.reachable;
+    r.results.push_back({k.job_id, k.index, too_large ? BidOutcome::kTooLarge : rest, k.price, 0});
+    if (too_large) continue;
+    std::erase_if(unpriced, [&](size_t w) {
+      if (b.gpus > bids[r.results[w].index].gpus + unsold) return false;
+      r.results[w].pays = std::max(floor, k.price);
+      return true;
+    });
+  }
+  for (size_t w : unpriced) r.results[w].pays = floor;
+  for (const BidResult& res : r.results)
+    if (res.outcome == BidOutcome::kWon) r.clearing = std::max(r.clearing.value_or(0), res.pays);
+  for (size_t i = 0; i < heap; i++) {
+    const MarketBid& b = bids[in[i].index];
+    r.results.push_back({in[i].job_id, in[i].index,
+                         b.gpus > r.reachable ? BidOutcome::kTooLarge : rest, in[i].price, 0});
+  }
+  for (BidResult& t : tail) r.results.push_back(t);
   return r;
 }
 
-std::vector<TypedRound> clear_markets(const std::vector<MarketBid>& bids, const MarketOffer& offer,
-                                      const MarketFloors& floors, const Prices& prices) {
+std::vector<TypedRound> plan_round(const RoundPlanInput& in) {
+  const std::vector<MarketBid>& bids = *in.bids;
+  const MarketFloors& floors = *in.floors;
+  const Prices& prices = *in.prices;
+  MarketOffer offer = in.offer;
+  for (const SetAside& s : in.set_aside) {
+    offer.total -= s.gpus;
+    if (auto it = offer.by_type.find(s.gpu_type); it != offer.by_type.end()) it->second -= s.gpus;
+  }
   // Bid indices per market; "" is the default market.
   std::map<std::string, std::vector<uint32_t>> by_market;
   for (const auto& [type, free] : offer.by_type) by_market[type];
@@ -219,7 +314,7 @@ std::vector<TypedRound> clear_markets(const std::vector<MarketBid>& bids, const 
   std::vector<TypedRound> out;
   int64_t left = offer.total;
   auto clear_one = [&](const std::string& type, const std::vector<uint32_t>& members,
-                       int64_t capacity) {
+                       int64_t capacity, int64_t reachable) {
     // Every bid in one market (the usual): cleared in place, no copy.
     const bool all = members.size() == bids.size();
     std::vector<MarketBid> sub;
@@ -231,10 +326,11 @@ std::vector<TypedRound> clear_markets(const std::vector<MarketBid>& bids, const 
     const auto list_it = prices.card_hour.find(type);
     TypedRound t;
     t.gpu_type = type.empty() ? "default" : type;
-    t.round = clear_market(
-        all ? bids : sub, clamp(std::min(capacity, left)),
-        floor_it != floors.by_type.end() ? floor_it->second : floors.default_floor,
-        list_it != prices.card_hour.end() ? list_it->second : prices.default_card_hour);
+    t.round =
+        clear_market(all ? bids : sub, clamp(std::min(capacity, left)), clamp(reachable),
+                     floor_it != floors.by_type.end() ? floor_it->second : floors.default_floor,
+                     list_it != prices.card_hour.end() ? list_it->second : prices.default_card_hour,
+                     in.now, in.reserve_after);
     if (!all)
       for (BidResult& r : t.round.results) r.index = members[r.index];
     left -= t.round.allocated;
@@ -243,11 +339,14 @@ std::vector<TypedRound> clear_markets(const std::vector<MarketBid>& bids, const 
   for (const auto& [type, members] : by_market) {
     if (type.empty()) continue;
     auto free = offer.by_type.find(type);
-    clear_one(type, members, free != offer.by_type.end() ? free->second : 0);
+    auto reach = offer.reachable_by_type.find(type);
+    clear_one(type, members, free != offer.by_type.end() ? free->second : 0,
+              reach != offer.reachable_by_type.end() ? reach->second : 0);
   }
   auto untyped = by_market.find("");
   if (untyped != by_market.end() || out.empty())
-    clear_one("", untyped != by_market.end() ? untyped->second : std::vector<uint32_t>{}, left);
+    clear_one("", untyped != by_market.end() ? untyped->second : std::vector<uint32_t>{}, left,
+              offer.reachable_total);
   return out;
 }
 
@@ -272,19 +371,27 @@ MarketCheck check_market_request(const MarketRequest& r, time_t now, const Marke
   const bool spot = r.tier == "P2" || r.tier == "P3";
   if (!r.bid_text.empty()) {
     auto bid = parse_decimal_micros(r.bid_text);
+    const std::string shown = printable(r.bid_text, 32);
     if (!bid || *bid <= 0)
-      return refuse("--bid=" + r.bid_text + " is not a price: give a card-hour price in " +
-                    r.currency + ", e.g. --bid=12.50");
+      return refuse("--bid=" + shown + " is not a price: give a card-hour price in " + r.currency +
+                    ", e.g. --bid=12.50");
+    // Money is kept in minor units (cents); a finer bid would be rounded
+    // by nobody knows whom.
+    if (*bid % (kMicrosPerUnit / 100))
+      return refuse(
+          "--bid=" + shown + " has more than two decimals: prices are in whole cents of " +
+          r.currency +
+          ", e.g. --bid=" + money(*bid / (kMicrosPerUnit / 100) * (kMicrosPerUnit / 100)));
     if (r.tier != "P2")
       return refuse("--bid is for P2 jobs (the spot market); this job is " + r.tier +
                     ": submit it with --qos=p2-spot, or leave --bid out");
     const Micros minimum = market_minimum(r.list, m);
     if (*bid < minimum)
-      return refuse("--bid=" + r.bid_text + " is below the market's minimum of " + money(minimum) +
-                    " " + r.currency + " per card-hour (" + permille_text(m.min_permille) +
+      return refuse("--bid=" + shown + " is below the market's minimum of " + money(minimum) + " " +
+                    r.currency + " per card-hour (" + permille_text(m.min_permille) +
                     " of the list price " + money(r.list) + "): bid at least " + money(minimum));
     if (*bid > r.list)
-      return refuse("--bid=" + r.bid_text + " is above the list price of " + money(r.list) + " " +
+      return refuse("--bid=" + shown + " is above the list price of " + money(r.list) + " " +
                     r.currency + " per card-hour: a guaranteed tier costs that; bid at most " +
                     money(r.list));
     c.bid = bid;
@@ -301,16 +408,13 @@ MarketCheck check_market_request(const MarketRequest& r, time_t now, const Marke
     if (r.tier != "P2")
       return refuse("--lock-price is for P2 jobs (the spot market); this job is " + r.tier +
                     ": submit it with --qos=p2-spot, or leave --lock-price out");
-    if (!r.begin)
-      return refuse(
-          "--lock-price needs --begin: a price is locked for a job booked ahead, e.g. "
-          "--begin=now+2hours --lock-price");
-    if (r.begin > now + static_cast<time_t>(m.lock_ahead_seconds))
-      return refuse("--lock-price: --begin is " + std::to_string((r.begin - now + 3599) / 3600) +
-                    " h ahead; a price can be locked at most " +
-                    std::to_string(m.lock_ahead_seconds / 3600) +
-                    " h ahead: book nearer the start, or leave --lock-price out");
+    if (auto why = lock_begin_refusal(r.begin, now, m.interval_seconds, m.lock_ahead_seconds))
+      return refuse(*why);
   }
+  if (r.tier == "P2" && r.market_open && r.array)
+    return refuse(
+        "job arrays and heterogeneous jobs cannot bid in the P2 market (each needs a round of its "
+        "own): submit the tasks as separate jobs, or use another tier");
   if (r.spot_fallback) {
     if (!spot)
       return refuse("--spot-fallback is for P2 and P3 jobs; this job is " + r.tier +
@@ -321,90 +425,6 @@ MarketCheck check_market_request(const MarketRequest& r, time_t now, const Marke
                     "one to the account, or leave --spot-fallback out");
   }
   return c;
-}
-
-namespace {
-
-std::string bid_text(std::optional<Micros> bid, const std::string& currency) {
-  return bid ? "bid " + format_micros(*bid) + " " + currency + "/card-hour"
-             : std::string("no bid (the clearing price, at most list)");
-}
-
-std::optional<Micros> decimal_after(std::string_view s, std::string_view lead) {
-  size_t at = s.find(lead);
-  if (at == s.npos) return std::nullopt;
-  std::string_view v = s.substr(at + lead.size());
-  return parse_decimal_micros(v.substr(0, v.find(' ')));
-}
-
-}  // namespace
-
-std::optional<MarketMark> read_market_mark(std::string_view s) {
-  auto found = find_tagged_mark(s, kMarketTag);
-  if (!found) return std::nullopt;
-  std::string_view mark = *found;
-  MarketMark m;
-  m.bid = decimal_after(mark, "] bid ");
-  m.matched = decimal_after(mark, "; matched at ");
-  m.locked = decimal_after(mark, "] locked at ");
-  return m;
-}
-
-std::string market_mark_locked(Micros price, const std::string& currency, time_t booked_at) {
-  return std::string(kMarketTag) + " locked at " + format_micros(price) + " " + currency +
-         "/card-hour, the floor when booked at " + format_utc(booked_at) +
-         "; no round: it runs from its --begin time";
-}
-
-std::string market_mark_waiting(std::optional<Micros> bid, const std::string& currency,
-                                time_t next_round) {
-  return std::string(kMarketTag) + " " + bid_text(bid, currency) + "; waiting for the round at " +
-         format_utc(next_round);
-}
-
-std::optional<std::string> market_release_refusal(std::string_view admin_comment, uint32_t job_id,
-                                                  uint32_t interval) {
-  auto mark = read_market_mark(admin_comment);
-  if (!mark || mark->matched || mark->locked) return std::nullopt;
-  return "JobId=" + std::to_string(job_id) +
-         " bids in the P2 market: the round it wins releases it (" + round_cadence(interval) +
-         "); it cannot be released by hand.  To run it outside the market, cancel it and submit "
-         "it to another tier";
-}
-
-std::string round_cadence(uint32_t interval) {
-  if (interval && interval % 60 == 0 && 3600 % interval == 0 && interval < 3600) {
-    std::string at;
-    for (uint32_t m = 0; m < 60; m += interval / 60) {
-      std::string mm = (m < 10 ? ":0" : ":") + std::to_string(m);
-      at += at.empty() ? mm : (m + interval / 60 >= 60 ? " or " : ", ") + mm;
-    }
-    return "rounds every " + format_duration(interval) + ", the next at " + at + " UTC";
-  }
-  return "rounds every " + format_duration(interval) + " (planc-bill market shows the next)";
-}
-
-std::string market_mark_result(const BidResult& r, std::optional<Micros> bid,
-                               const MarketRound& round, const std::string& currency, time_t at,
-                               uint32_t interval) {
-  std::string o = std::string(kMarketTag) + " " + bid_text(bid, currency) + "; ";
-  switch (r.outcome) {
-    case BidOutcome::kWon:
-      return o + "matched at " + format_micros(r.pays) + " " + currency +
-             "/card-hour in the round at " + format_utc(at);
-    case BidOutcome::kBelowFloor:
-      return o + "below the floor " + format_micros(round.floor) + "; " + round_cadence(interval);
-    case BidOutcome::kNoRoom:
-    case BidOutcome::kOutbid:
-      return o + "not matched (" + (r.outcome == BidOutcome::kNoRoom ? "no room" : "outbid") +
-             "; the last round cleared at " + format_micros(round.clearing) + "); " +
-             round_cadence(interval);
-  }
-  return o;
-}
-
-std::string with_market_mark(std::string_view s, std::string_view mark) {
-  return with_tagged_mark(s, kMarketTag, mark);
 }
 
 namespace {
@@ -478,9 +498,10 @@ MarketStatus parse_market_status(std::string_view text) {
       s.last_round = value;
     else if (key == "MarketNextRound")
       s.next_round = value;
-    else if (key == "MarketInterval")
+    else if (key == "MarketInterval") {
       s.interval = value;
-    else if (key == "MarketFloorCurve")
+      if (auto secs = parse_duration(value.substr(0, value.find(' ')))) s.interval_seconds = *secs;
+    } else if (key == "MarketFloorCurve")
       s.curve = value;
     else if (key == "MarketMinFraction")
       s.min_fraction = value;
@@ -513,15 +534,12 @@ std::vector<MarketStatus::OwnJob> parse_own_market_jobs(std::string_view out) {
     std::string_view line = out.substr(0, nl);
     out = nl == out.npos ? std::string_view() : out.substr(nl + 1);
     if (line.size() <= kCommentAt) continue;
-    auto mark = find_tagged_mark(line.substr(kCommentAt), kMarketTag);
-    if (!mark) continue;
-    std::string_view m = trim(*mark);
+    auto life = parse_life(trim(line.substr(kCommentAt)));
+    if (!life) continue;
     MarketStatus::OwnJob j;
     j.job_id = trim(line.substr(0, kOwnJobIdWidth));
     j.state = trim(line.substr(kOwnJobIdWidth, kOwnStateWidth));
-    j.prices = *read_market_mark(m);
-    m.remove_prefix(std::min(m.size(), kMarketTag.size() + 1));
-    j.mark = m;
+    j.life = *life;
     jobs.push_back(std::move(j));
   }
   return jobs;
@@ -578,10 +596,15 @@ std::string format_market_status(const MarketStatus& s, bool json) {
           auto price = [](const std::optional<Micros>& v) {
             return v ? json_string(format_micros(*v)) : std::string("null");
           };
+          const MarketLife& l = j.life;
+          auto if_state = [&](MarketState st) {
+            return l.state == st ? std::optional<Micros>(l.price) : std::nullopt;
+          };
           o += std::string(i ? ", " : "") + "{\"job_id\": " + json_string(j.job_id) +
-               ", \"state\": " + json_string(j.state) + ", \"bid\": " + price(j.prices.bid) +
-               ", \"matched\": " + price(j.prices.matched) +
-               ", \"locked\": " + price(j.prices.locked) + ", \"market\": " + json_string(j.mark) +
+               ", \"state\": " + json_string(j.state) + ", \"bid\": " + price(l.bid) +
+               ", \"matched\": " + price(if_state(MarketState::kMatched)) +
+               ", \"locked\": " + price(if_state(MarketState::kLocked)) +
+               ", \"market\": " + json_string(describe_life(l, s.currency, s.interval_seconds)) +
                "}";
         }
         o += "]";
@@ -626,7 +649,8 @@ std::string format_market_status(const MarketStatus& s, bool json) {
     if (own->empty()) o += "Your P2 jobs:  none in the market\n";
     for (size_t i = 0; i < own->size(); i++)
       o += std::string(i ? "               " : "Your P2 jobs:  ") + (*own)[i].job_id + " " +
-           (*own)[i].state + ": " + (*own)[i].mark + "\n";
+           (*own)[i].state + ": " + describe_life((*own)[i].life, s.currency, s.interval_seconds) +
+           "\n";
   }
   return o;
 }

@@ -12,27 +12,47 @@
 // It never goes below MarketMinFraction (0.30, the policy's "always at
 // least 3 zhe") of the list price, nor above the list price.
 //
-// The clearing: a uniform price set by the first bid that does not get in.
+// The clearing, each round, one market per GPU type (plan_round below):
 //   - Capacity: the GPUs that neither guaranteed jobs (P0, P1) nor running
-//     P2 jobs hold; P3 jobs count as free, since P2 preempts them.
-//   - A waiting P2 job takes part when its bid is at least the floor; a job
-//     with no bid bids the list price (it takes the clearing price, never
-//     more than list).  Bids below the floor wait for the floor to fall.
-//   - Ranked by bid, highest first; ties by submission, then job id.
-//   - Winners are taken in that order while they fit; the first that does
-//     not fit ends the round (no smaller, lower bid jumps it: highest bid
-//     first means that), and it and every bid after it lose.
-//   - Every winner pays the clearing price: the highest losing bid, or the
-//     floor when every taking part bid won; never less than the floor.
-//     A winner's own bid never sets what it pays (it only decides whether it
-//     wins), so bidding what the capacity is worth to you is safe: bidding
-//     less can only lose you a round you would have paid less than your
-//     value for; bidding more can only win you one at a price above it.
-//     (Pay-as-bid rewards guessing the others' bids; a second price per
-//     winner differs from this only when several winners would each pay a
-//     different losing bid, which one uniform price makes simpler to show.)
-//   - A job booked with --lock-price pays its locked price (the floor when
-//     it was booked) instead, whatever the round's price.
+//     P2 jobs hold, less what is set aside for winners of earlier rounds
+//     not started yet and for price locks whose --begin has come; P3 jobs
+//     count as free, since P2 preempts them.  Reachable: what P2 could
+//     have once every P2 run ended (the GPUs guaranteed work does not hold).
+//   - Only eligible bids take part: --begin reached, dependencies met, not
+//     held by their owner.  A bid below the floor waits for it to fall.
+//   - Ranked by bid (none: the list price), highest first; ties by
+//     submission, then job id.  In that order each bid wins when it fits
+//     in what is left.  A bid that does not fit is passed over ("no
+//     room"): it does not stop smaller, lower bids from winning what is
+//     left.  One that asks for more than is reachable cannot win while
+//     guaranteed work holds the GPUs ("too large") and takes no part in
+//     the pricing.
+//   - The large-bid rule (as Slurm's backfill reserves for its top job):
+//     the highest-ranked bid that has lost for lack of room for at least
+//     MarketReserveAfter (and fits in what is reachable) gets the room
+//     that is left: no lower bid wins in its market until it fits ("held
+//     for a larger bid"), so the GPUs P2 runs give back add up for it
+//     round after round.  Example: 32 GPUs, a guaranteed job on 8; a
+//     32-GPU bid is too large (24 reachable) and two 1-GPU bids win.  The
+//     guaranteed job ends: 32 reachable, 30 offered; the big bid loses
+//     for room, and MarketReserveAfter later it holds the room: the
+//     1-GPU jobs' GPUs come back to it and it wins the round after they
+//     end, while new small bids wait behind it.
+//   - Each winner pays the highest losing bid that could have used what it
+//     got (ranked after it, asking at most its GPUs plus what is left
+//     unsold), or the floor when there is none: a bid that could never
+//     have had those GPUs sets no price.  Never more than its own bid.  A
+//     winner's own bid never sets what it pays, so bidding what the
+//     capacity is worth to you is safe.  When every winner displaces the
+//     same bids this is one uniform price, the usual case.
+//   - The round's clearing price is the highest price a winner pays;
+//     a round nobody wins has none.
+//   - A winner that has not started within one interval bids again
+//     (common/market_life.h), so an unstarted win never keeps its GPUs
+//     out of later rounds for long.
+//   - A job booked with --lock-price takes part in no round: from its
+//     --begin it waits as any P2 job does, its GPUs set aside for one
+//     interval, and pays its locked price (the floor when booked).
 #ifndef PLANC_COMMON_MARKET_H_
 #define PLANC_COMMON_MARKET_H_
 
@@ -46,6 +66,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/market_life.h"
 
 namespace planc {
 
@@ -113,39 +134,50 @@ class FloorKeeper {
 struct MarketBid {
   uint32_t job_id = 0;
   uint32_t gpus = 0;
-  std::optional<Micros> bid;     // per card-hour; none: bids the list price
-  std::optional<Micros> locked;  // --lock-price: pays this
+  std::optional<Micros> bid;  // per card-hour; none: bids the list price
   time_t submitted = 0;
   std::string gpu_type;  // the type it asks for (gpu_type_of), "" for none
+  // Not eligible this round (begin time, dependency, its owner's hold):
+  // takes no part; the result says why.
+  std::optional<MarketReason> ineligible;
+  time_t no_room_since = 0;  // losing for lack of room since (0: it was not)
 };
 
 enum class BidOutcome : uint8_t {
   kWon,
-  kOutbid,      // ranked after the first bid that did not fit
-  kNoRoom,      // the first that did not fit
-  kBelowFloor,  // waits for the floor to fall to its bid
+  kOutbid,         // nothing was left when its turn came
+  kNoRoom,         // it did not fit in what was left
+  kBelowFloor,     // waits for the floor to fall to its bid
+  kTooLarge,       // more GPUs than P2 can reach while guaranteed work runs
+  kHeldForLarger,  // the room is held for a larger bid ranked above it
+  kNotEligible,    // took no part (MarketBid::ineligible says why)
 };
+// The reason a losing bid's life records (common/market_life.h).
+MarketReason loss_reason(BidOutcome o, const MarketBid& b);
 
 struct BidResult {
   uint32_t job_id = 0;
-  uint32_t index = 0;  // in clear_market's `bids`
+  uint32_t index = 0;  // in plan_round's `bids`
   BidOutcome outcome = BidOutcome::kOutbid;
   Micros ranked_at = 0;  // its bid, or the list price
-  Micros pays = 0;       // winners: the clearing price or its locked price
+  Micros pays = 0;       // winners: what it pays per card-hour
 };
 
 struct MarketRound {
-  uint32_t capacity = 0;  // GPUs offered
+  uint32_t capacity = 0;   // GPUs offered
+  uint32_t reachable = 0;  // GPUs P2 could have (not held by guaranteed work)
   uint32_t allocated = 0;
   Micros floor = 0, list = 0;
-  Micros clearing = 0;
-  // The winners and the first loser in rank order, then the other bids
-  // outbid, then the bids below the floor (those two in no particular order).
+  std::optional<Micros> clearing;  // the highest a winner pays; none: nobody won
+  uint32_t held_for = 0;           // the job the room is held for (0: none)
+  // The winners and the bids passed over in rank order, then the bids
+  // outbid, below the floor and not eligible (in no particular order).
   std::vector<BidResult> results;
 };
 
-MarketRound clear_market(const std::vector<MarketBid>& bids, uint32_t capacity, Micros floor,
-                         Micros list);
+// One market.  `reserve_after`: MarketReserveAfter, seconds.
+MarketRound clear_market(const std::vector<MarketBid>& bids, uint32_t capacity, uint32_t reachable,
+                         Micros floor, Micros list, time_t now, uint32_t reserve_after);
 
 // One market per GPU type.  A bid that names a type ("--gres=gpu:h800:8")
 // bids in that type's market, at that type's floor and list price, for the
@@ -156,27 +188,47 @@ MarketRound clear_market(const std::vector<MarketBid>& bids, uint32_t capacity, 
 // is how GPU clusters are built; GPUs of nodes with mixed or no types are
 // offered only to the default market.  The vacancy that moves the floors
 // is the whole pool's.  On a cluster without GPU types there is one
-// market, "default", as before.
+// market, "default".
 struct MarketOffer {
   // GPUs of each type on nodes of one type, less what guaranteed and P2
-  // jobs hold there and what matched or locked jobs asking for the type
-  // set aside (may be negative: clamped to 0 when cleared).
+  // jobs hold there (may be negative: clamped to 0 when cleared).
   std::map<std::string, int64_t> by_type;
   int64_t total = 0;  // every GPU free for P2, typed or not, the same way
+  // What P2 could have: the same without P2's own runs.
+  std::map<std::string, int64_t> reachable_by_type;
+  int64_t reachable_total = 0;
+};
+// GPUs held back from the round: a winner of an earlier round not started
+// yet, or a price lock whose --begin has come.
+struct SetAside {
+  uint32_t gpus = 0;
+  std::string gpu_type;
 };
 struct TypedRound {
   std::string gpu_type;  // lower-case, or "default"
-  MarketRound round;     // results[].index: in clear_markets' `bids`
+  MarketRound round;     // results[].index: in plan_round's `bids`
+};
+struct RoundPlanInput {
+  const std::vector<MarketBid>* bids = nullptr;
+  MarketOffer offer;
+  std::vector<SetAside> set_aside;
+  const MarketFloors* floors = nullptr;
+  const Prices* prices = nullptr;
+  time_t now = 0;
+  uint32_t reserve_after = 3600;
 };
 // Typed markets in name order, then "default" (only when it has bids or
 // there is no typed market).  Floors from `floors` (the default floor for
 // a type without a price of its own), lists from CardHourPrice.
-std::vector<TypedRound> clear_markets(const std::vector<MarketBid>& bids, const MarketOffer& offer,
-                                      const MarketFloors& floors, const Prices& prices);
+std::vector<TypedRound> plan_round(const RoundPlanInput& in);
 
 // The GPU type a job's TRES request names ("gres:gpu:h800:8",
 // "gres/gpu:h800=8", lower-cased), or "" when it names none.
 std::string gpu_type_of(std::string_view tres);
+
+// User text fit for a log line or a message: printable ASCII only (anything
+// else as '?'), at most `max` characters then "...".
+std::string printable(std::string_view s, size_t max = 64);
 
 // What job_submit checks of the market options.  Each error says what was
 // wrong and what to do; `note` is told to an accepted job (a bid below the
@@ -186,7 +238,9 @@ struct MarketRequest {
   bool lock_price = false;
   time_t begin = 0;  // --begin; 0 when absent
   bool spot_fallback = false;
-  std::string tier;  // "P0".."P3"
+  bool market_open = false;  // Market=yes
+  bool array = false;        // a job array or a heterogeneous job
+  std::string tier;          // "P0".."P3"
   std::string currency;
   Micros list = 0, floor = 0;
   bool has_guaranteed_alternative = false;  // the account may use its Alternative tier
@@ -200,50 +254,6 @@ struct MarketCheck {
 };
 MarketCheck check_market_request(const MarketRequest& r, time_t now, const MarketConfig& m);
 
-// The market's mark in a P2 job's AdminComment: what the owner reads in
-// `scontrol show job` and `sacct -o AdminComment`, what slurmctld/planc
-// reads its bid from at each round and jobcomp/planc the matched price
-// from when the run ends.  One line, the tag first, up to the next " | "
-// (other text in the comment is kept):
-//   [planc:market] bid 15.00 CNY/card-hour; waiting for the round at 2026-12-01T01:00:00Z
-//   [planc:market] no bid (the clearing price, at most list); waiting for ...
-//   [planc:market] bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in the round at T
-//   [planc:market] bid 9.00 CNY/card-hour; not matched (no room; the last round cleared at
-//       9.00); rounds every 15 min, the next at :00, :15, :30 or :45 UTC
-//   [planc:market] bid 5.00 CNY/card-hour; below the floor 6.00; rounds every 15 min, ...
-// A bid that loses again the same way keeps its text: a round updates only
-// the jobs whose mark changes (the cadence, not the next round's clock
-// time, is in the text; `planc-bill market` shows that time).
-inline constexpr std::string_view kMarketTag = "[planc:market]";
-//   [planc:market] locked at 10.00 CNY/card-hour, the floor when booked at
-//       2026-12-01T04:00:00Z; no round: it runs from its --begin time
-// A locked booking takes part in no round: from its --begin time it waits
-// as any P2 job does (its GPUs set aside from the rounds' capacity) and
-// pays its locked price.
-struct MarketMark {
-  std::optional<Micros> bid;
-  std::optional<Micros> matched;  // the price it won at
-  std::optional<Micros> locked;   // --lock-price: the floor at booking
-};
-std::optional<MarketMark> read_market_mark(std::string_view admin_comment);
-// A job's owner releasing it by hand (scontrol release) while it bids in
-// the market would run it outside every round, at the fixed P2 price: the
-// refusal's text when `admin_comment` has a bid not matched yet (not a
-// locked booking, which is not held), none otherwise.
-std::optional<std::string> market_release_refusal(std::string_view admin_comment, uint32_t job_id,
-                                                  uint32_t interval_seconds);
-std::string market_mark_locked(Micros price, const std::string& currency, time_t booked_at);
-std::string market_mark_waiting(std::optional<Micros> bid, const std::string& currency,
-                                time_t next_round);
-std::string market_mark_result(const BidResult& r, std::optional<Micros> bid,
-                               const MarketRound& round, const std::string& currency, time_t at,
-                               uint32_t interval_seconds);
-// "rounds every 15 min, the next at :00, :15, :30 or :45 UTC"; for other
-// intervals "rounds every 20 s (planc-bill market shows the next)".
-std::string round_cadence(uint32_t interval_seconds);
-// `admin_comment` with `mark` in place of an old market mark (in front).
-std::string with_market_mark(std::string_view admin_comment, std::string_view mark);
-
 // What `planc-market status` shows, read from slurmctld/planc's section of
 // `scontrol show config` (its own Key = Value lines: no user text).
 struct MarketStatus {
@@ -256,6 +266,7 @@ struct MarketStatus {
   };
   std::vector<Price> prices;
   std::string vacancy, last_round, next_round, interval, curve, min_fraction, last_clearing;
+  uint32_t interval_seconds = 900;
   // The expected interruption (planc.p2_runs over the bills): P2 run
   // segments that ended in the window, preempted ones, their mean length.
   struct Interruption {
@@ -265,12 +276,11 @@ struct MarketStatus {
     double mean_run_seconds = 0;
   };
   std::optional<Interruption> interruption;
-  // The caller's own jobs with a market mark (squeue, see
-  // parse_own_market_jobs): job id, Slurm's compact state, the mark.
+  // The caller's own jobs with a market life (squeue, see
+  // parse_own_market_jobs): job id, Slurm's compact state, the life.
   struct OwnJob {
     std::string job_id, state;
-    std::string mark;   // the mark's text after its tag
-    MarketMark prices;  // read from it
+    MarketLife life;
   };
   std::optional<std::vector<OwnJob>> own_jobs;
 };

@@ -32,13 +32,20 @@ const char* bid_outcome_word(BidOutcome o) {
       return "no room";
     case BidOutcome::kBelowFloor:
       return "below floor";
+    case BidOutcome::kTooLarge:
+      return "too large";
+    case BidOutcome::kHeldForLarger:
+      return "held for larger";
+    case BidOutcome::kNotEligible:
+      return "not eligible";
   }
   return "outbid";
 }
 
 std::optional<BidOutcome> parse_bid_outcome(std::string_view word) {
   for (BidOutcome o :
-       {BidOutcome::kWon, BidOutcome::kOutbid, BidOutcome::kNoRoom, BidOutcome::kBelowFloor})
+       {BidOutcome::kWon, BidOutcome::kOutbid, BidOutcome::kNoRoom, BidOutcome::kBelowFloor,
+        BidOutcome::kTooLarge, BidOutcome::kHeldForLarger, BidOutcome::kNotEligible})
     if (word == bid_outcome_word(o)) return o;
   return std::nullopt;
 }
@@ -57,7 +64,8 @@ MarketRoundRecord make_round_record(time_t at, std::optional<uint32_t> vacancy_p
   rec.clearing = r.clearing;
   rec.bids.reserve(r.results.size());
   for (const BidResult& b : r.results) {
-    if (b.index >= bids.size()) continue;
+    // A bid that took no part (not eligible) is not one of the round's.
+    if (b.index >= bids.size() || b.outcome == BidOutcome::kNotEligible) continue;
     const MarketBid& in = bids[b.index];
     MarketBidRecord out;
     out.job_id = in.job_id;
@@ -84,7 +92,7 @@ std::string serialize_round(const MarketRoundRecord& r) {
                         .add(r.vacancy_permille ? static_cast<int64_t>(*r.vacancy_permille) : -1)
                         .add(r.floor)
                         .add(r.list)
-                        .add(r.clearing)
+                        .add(r.clearing ? *r.clearing : -1)
                         .add(static_cast<int64_t>(r.bids.size()))
                         .line();
   for (const MarketBidRecord& b : r.bids)
@@ -119,8 +127,9 @@ Result<MarketRoundRecord> parse_round(std::string_view text) {
     if (!have_round) {
       if (rec.size() != 10 || rec.str(0) != kRoundTag)
         return corrupt(line_no, "not a " + std::string(kRoundTag) + " record");
-      for (size_t i : {1, 3, 4, 6, 7, 8, 9})
+      for (size_t i : {1, 3, 4, 6, 7, 9})
         if (!non_negative(rec, i, &v[i - 1])) return corrupt(line_no, "field " + std::to_string(i));
+      if (!rec.num(8, &v[7]) || v[7] < -1) return corrupt(line_no, "field 8");
       if (!rec.num(5, &v[4]) || v[4] < -1 || v[4] > 1000) return corrupt(line_no, "vacancy");
       r.at = static_cast<time_t>(v[0]);
       r.gpu_type = rec.str(2);
@@ -129,7 +138,7 @@ Result<MarketRoundRecord> parse_round(std::string_view text) {
       if (v[4] >= 0) r.vacancy_permille = static_cast<uint32_t>(v[4]);
       r.floor = v[5];
       r.list = v[6];
-      r.clearing = v[7];
+      if (v[7] >= 0) r.clearing = v[7];
       declared = v[8];
       have_round = true;
       continue;

@@ -43,12 +43,15 @@ struct MarketRoundRecord {
   uint32_t capacity = 0;                     // GPUs offered to P2
   uint32_t allocated = 0;                    // GPUs the winners take
   std::optional<uint32_t> vacancy_permille;  // over the interval; none: unknown
-  Micros floor = 0, list = 0, clearing = 0;
+  Micros floor = 0, list = 0;
+  std::optional<Micros> clearing;  // the highest a winner pays; none: nobody won
   std::vector<MarketBidRecord> bids;
 };
 
-// "won", "outbid", "no room", "below floor": the words the records, the
-// database and `planc-bill market history` use.
+// "won", "outbid", "no room", "below floor", "too large", "held for
+// larger": the words the records, the database and `planc-bill market
+// bids` use.  Bids that were not eligible took no part and are not
+// recorded.
 const char* bid_outcome_word(BidOutcome o);
 std::optional<BidOutcome> parse_bid_outcome(std::string_view word);
 

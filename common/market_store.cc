@@ -26,7 +26,7 @@ WITH r AS (
                                   vacancy_permille, floor_micros, list_micros, clearing_micros,
                                   bids, winners)
   VALUES ($1, to_timestamp($2::bigint), $3, $4::integer, $5::integer, NULLIF($6, '')::integer,
-          $7::bigint, $8::bigint, $9::bigint, $10::integer, $11::integer)
+          $7::bigint, $8::bigint, NULLIF($9, '')::bigint, $10::integer, $11::integer)
   ON CONFLICT DO NOTHING
   RETURNING 1),
 b AS (
@@ -64,7 +64,7 @@ Result<bool> store_market_round(BillStore& store, const std::string& cluster,
       r.vacancy_permille ? std::to_string(*r.vacancy_permille) : "",
       std::to_string(r.floor),
       std::to_string(r.list),
-      std::to_string(r.clearing),
+      r.clearing ? std::to_string(*r.clearing) : std::string(),
       std::to_string(r.bids.size()),
       std::to_string(winners),
       int_array(r.bids, [](const B& b) { return std::optional<int64_t>(b.job_id); }),

@@ -185,9 +185,10 @@ struct PoolUsage {
   std::array<uint64_t, kTierCount> allocated_gpus{};
   std::array<uint64_t, kTierCount> running_jobs{};
   // GPUs on nodes whose GPUs are all of one type (gres.conf Type=), per
-  // type, and of those what guaranteed (P0, P1) and P2 jobs hold: the
-  // typed P2 markets' offer (common/market.h, clear_markets).
-  std::map<std::string, uint64_t> typed_gpus, typed_held;
+  // type, of those what guaranteed (P0, P1) and P2 jobs hold, and what
+  // guaranteed jobs alone hold: the typed P2 markets' offer and what they
+  // could reach (common/market.h, plan_round).
+  std::map<std::string, uint64_t> typed_gpus, typed_held, typed_guaranteed;
   uint64_t allocated_total() const;
 };
 

@@ -211,6 +211,33 @@ std::string format_utc(time_t t) {
   return buf;
 }
 
+std::optional<time_t> parse_utc(std::string_view s) {
+  if (s.size() < 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' ||
+      s[19] != 'Z')
+    return std::nullopt;
+  auto num = [&](size_t at, size_t n, int* out) {
+    int v = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (s[i] < '0' || s[i] > '9') return false;
+      v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return true;
+  };
+  struct tm tm = {};
+  int y, mo, d, h, mi, se;
+  if (!num(0, 4, &y) || !num(5, 2, &mo) || !num(8, 2, &d) || !num(11, 2, &h) || !num(14, 2, &mi) ||
+      !num(17, 2, &se))
+    return std::nullopt;
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = se;
+  return timegm(&tm);
+}
+
 std::string preemption_note(const PlancConfig& cfg, const PreemptionEvent& e,
                             const PreemptionOutcome& o) {
   const Tier& victim = cfg.tiers.tier(e.victim_tier);

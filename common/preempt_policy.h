@@ -240,6 +240,9 @@ RunEndVerdict judge_run_end(const PlancConfig& cfg, const RunEndFacts& f);
 
 // "2026-11-29T23:40:01Z".
 std::string format_utc(time_t t);
+// The reverse (UTC, no time zone database needed); none when `s` does not
+// start with such a time.
+std::optional<time_t> parse_utc(std::string_view s);
 // 86400 -> "24 h", 300 -> "5 min", 45 -> "45 s".
 std::string format_duration(uint32_t seconds);
 

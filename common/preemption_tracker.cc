@@ -12,6 +12,7 @@ constexpr std::string_view kHeaderV1 = "planc-preempt-state v1";
 constexpr std::string_view kHeaderV2 = "planc-preempt-state v2";
 constexpr std::string_view kHeaderV3 = "planc-preempt-state v3";  // preemptors' victims with runs
 constexpr std::string_view kHeaderV4 = "planc-preempt-state v4";  // graces' starts in ms
+constexpr std::string_view kHeaderV5 = "planc-preempt-state v5";  // fallbacks being requeued
 
 using State = JobView::State;
 
@@ -331,8 +332,12 @@ std::string PreemptionTracker::serialize() {
     body += "\n";
     records++;
   }
+  for (const auto& [id, run] : fallbacks_) {
+    body += "F " + std::to_string(id) + " " + std::to_string(run) + "\n";
+    records++;
+  }
   dirty_ = false;
-  return frame_state(kHeaderV4, body, records);
+  return frame_state(kHeaderV5, body, records);
 }
 
 Result<PreemptionTracker> PreemptionTracker::parse(std::string_view text, uint32_t max_count,
@@ -354,7 +359,13 @@ Result<PreemptionTracker> PreemptionTracker::parse(std::string_view text, uint32
   };
   const bool v2 = is(kHeaderV2);
   const bool v3 = is(kHeaderV3);
-  auto framed = unframe_state(text, v2 ? kHeaderV2 : v3 ? kHeaderV3 : kHeaderV4, &records);
+  const bool v4 = is(kHeaderV4);
+  auto framed = unframe_state(text,
+                              v2   ? kHeaderV2
+                              : v3 ? kHeaderV3
+                              : v4 ? kHeaderV4
+                                   : kHeaderV5,
+                              &records);
   if (!framed.ok())
     return R::failure("not a valid Plan C preemption state file: " + framed.error());
   auto lines = split_lines(framed.value());
@@ -413,6 +424,10 @@ Result<PreemptionTracker> PreemptionTracker::parse(std::string_view text, uint32
       for (size_t i = 2; i < num.size(); i += v2 ? 1 : 2)
         p.victims.emplace_back(static_cast<uint32_t>(num[i]),
                                v2 ? 0u : static_cast<uint32_t>(num[i + 1]));
+    } else if (w[0] == "F" && !v2 && !v3 && !v4) {
+      if (num.size() != 2 || !num[0] || num[0] > 0xffffffffULL || num[1] > 0xffffffffULL)
+        return bad("bad fallback record");
+      t.fallbacks_[static_cast<uint32_t>(num[0])] = static_cast<uint32_t>(num[1]);
     } else {
       return bad("unknown record");
     }

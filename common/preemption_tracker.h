@@ -158,6 +158,17 @@ class PreemptionTracker {
   // Whether anything is in flight (the worker then ticks often).
   bool busy() const { return !victims_.empty() || !preemptors_.empty(); }
 
+  // Preempted --spot-fallback jobs being requeued: the worker moves each
+  // to its fallback tier once it is pending again.  Job id -> the restart
+  // count of the run that was preempted.  Saved with the rest, so a
+  // restart between a preemption and its requeue keeps the move.
+  void expect_fallback(uint32_t job_id, uint32_t run) {
+    fallbacks_[job_id] = run;
+    dirty_ = true;
+  }
+  void fallback_settled(uint32_t job_id) { dirty_ = fallbacks_.erase(job_id) || dirty_; }
+  const std::map<uint32_t, uint32_t>& fallbacks() const { return fallbacks_; }
+
   // Ledger housekeeping: drop preemptions that left the window, and jobs
   // that ended (`ended`: from the jobs in the ledger, those Slurm no longer
   // runs or holds).
@@ -209,6 +220,7 @@ class PreemptionTracker {
   PreemptLedger ledger_;
   std::map<uint32_t, Victim> victims_;
   std::map<uint32_t, Preemptor> preemptors_;
+  std::map<uint32_t, uint32_t> fallbacks_;
   bool dirty_ = false;
 };
 

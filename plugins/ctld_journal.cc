@@ -35,6 +35,12 @@ void on_job_begin(job_record_t* job) {
   Controller& c = *controller();  // made before the hook was set, never freed
   if (c.prev_job_begin) c.prev_job_begin(job);
   try {
+    // First the market (its mark is part of the run the journal records).
+    market_on_job_begin(c, job);
+  } catch (const std::exception& e) {
+    error("%s: market: start of %pJ: %s", plugin_type, job, e.what());
+  }
+  try {
     {
       planc::MutexLock l(c.started_mu);
       if (c.started.size() < kMaxStarted)
@@ -42,6 +48,7 @@ void on_job_begin(job_record_t* job) {
       else
         c.started_lost = true;
     }
+    if (c.journal_dir.empty()) return;
     auto t0 = std::chrono::steady_clock::now();
     planc::Segment begun = planc::slurm::segment_of(job);
     begun.end_time = 0;  // not ended: segment_of reads the expected end
@@ -142,6 +149,9 @@ void journal_tick(Controller& c, bool* hook_warned) {
 // init(): the directory, today's file, the hook.  A journal that cannot be
 // set up is logged and left off; the rest of the plugin works.
 void start_journal(Controller& c) {
+  // The hook also keeps the market's books (market_on_job_begin): set
+  // whether or not the journal can be.
+  c.prev_job_begin = planc_set_job_begin_hook(on_job_begin);
   std::string dir = planc::slurm::state_file_path(planc::kJournalDir);
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     error(
@@ -159,7 +169,6 @@ void start_journal(Controller& c) {
     if (file.ok()) c.journal.replace(std::move(file).value());
   }
   prune_journal(c, time(nullptr));
-  c.prev_job_begin = planc_set_job_begin_hook(on_job_begin);
 }
 
 void stop_journal(Controller& c) {

@@ -170,7 +170,8 @@ void publish_usage(Controller& c) {
 }
 
 std::string spot_sample(Controller& c, int* gpu_pos, const std::string& last_written,
-                        planc::PoolUsage* pool, planc::slurm::InfusionJobs* infusion) {
+                        planc::PoolUsage* pool, planc::slurm::InfusionJobs* infusion,
+                        std::vector<uint32_t>* market_ids) {
   if (*gpu_pos < 0) *gpu_pos = planc::slurm::gpu_tres_position();
   std::vector<uint32_t> tracked = c.ledger->tracked_ids();
   const bool hook_ours = journal_hook_ours();
@@ -202,6 +203,8 @@ std::string spot_sample(Controller& c, int* gpu_pos, const std::string& last_wri
   if (usec > c.stats.sample_max_lock_usec.load()) c.stats.sample_max_lock_usec = usec;
   *pool = sample.pool;
   *infusion = std::move(sample.infusion);
+  *market_ids = std::move(sample.market_ids);
+  c.gpu_pos = *gpu_pos;
   c.sla.observe(c.config->sla_start_seconds, sample.guaranteed_running, sample.guaranteed_held,
                 sample.guaranteed_pending);
   c.ledger->sample(time(nullptr), sample.spot_running, sample.spot_ended);

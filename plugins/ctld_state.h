@@ -34,6 +34,8 @@
 #include <condition_variable>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -96,6 +98,14 @@ struct CtldStats {
   std::atomic<uint64_t> journal_total_usec{0}, journal_max_usec{0}, journal_slow{0};
 };
 
+// An infusion operation held back, as last logged (each is said once).
+struct InfusionHeldKey {
+  planc::InfusionHold held = planc::InfusionHold::kNone;
+  planc::InfusionAction action = planc::InfusionAction::kNone;
+  planc::TierId tier = planc::TierId::kP1;
+  bool operator==(const InfusionHeldKey&) const = default;
+};
+
 // Capacity infusion as `scontrol show config` shows it.
 struct InfusionShown {
   std::string idle = "unknown (the window is not covered yet)";
@@ -136,6 +146,12 @@ struct Controller {
   // The P2 market's floors (common/market.h); null while the market is
   // closed.
   std::unique_ptr<planc::FloorKeeper> floor_keeper;
+  // Whether the market was open at the last sample (none: not looked yet):
+  // a change makes the market look at every job of its tier.
+  std::optional<bool> market_open;
+  // Winners of a round not started yet: looked at each sample (their win
+  // expires one interval after the round).
+  std::set<uint32_t> market_watch;
   // Capacity infusion (common/infusion.h): the controller, the idle window,
   // replicas told to drain (job id -> when SIGKILL follows; lost on a
   // restart: a replica still running then is drained again if the pool
@@ -146,12 +162,25 @@ struct Controller {
   planc::IdleWindow idle_window;
   std::map<uint32_t, time_t> draining;
   std::vector<uint32_t> replica_ids;
-  std::string infusion_held;
+  InfusionHeldKey infusion_held;
+  // Pools slurmctld refuses to run (name -> why), checked when planc.conf
+  // changes.
+  std::map<std::string, std::string> refused_pools;
+  bool pools_checked = false;
 
-  // --- the worker's stop flag ---
+  // gres/gpu's place in the jobs' TRES arrays, once the worker has found it
+  // (-1 before): for the job-begin and run-end hooks.
+  std::atomic<int> gpu_pos{-1};
+
+  // --- the worker's stop flag, and what wakes it before its next sample:
+  // jobs job_submit/planc tells the market about (planc_market_notice_v1)
+  // and a sample asked for now (planc_sample_now_v1: a guaranteed job
+  // submitted, which infusion may have to give GPUs back for) ---
   planc::Mutex mu;
   std::condition_variable_any cv;
   bool stop GUARDED_BY(mu) = false;
+  std::vector<uint32_t> notices GUARDED_BY(mu);
+  bool sample_now GUARDED_BY(mu) = false;
   std::thread* worker = nullptr;  // never destroyed at exit: plugins/worker_thread.h
 
   // --- the configuration `scontrol show config` shows (the worker's
@@ -193,6 +222,15 @@ struct Controller {
   std::map<std::pair<std::string, std::string>, uint64_t> infusion_ops GUARDED_BY(infusion_mu);
   std::map<std::string, uint32_t> infusion_replicas GUARDED_BY(infusion_mu);
 
+  // --- the guaranteed jobs capacity infusion gives replicas back for, until
+  // when (the replica's drain grace and its node's cleanup): preempt/planc
+  // asks (planc_reclaiming_for_v1) before it lets such a job preempt
+  // anything else, so one replica drained is not followed by another
+  // victim while its node completes.  Taken under slurmctld's locks. ---
+  planc::Mutex reclaim_mu;
+  std::map<uint32_t, time_t> reclaiming_for GUARDED_BY(reclaim_mu);
+  std::atomic<bool> any_reclaim{false};  // reclaiming_for is not empty: the hot path's test
+
   // --- the journal's day file and the starts not written yet
   // (common/append_file.h): the hook holds journal_mu around one write(2),
   // the worker around swapping files and retrying, never across an open,
@@ -219,9 +257,10 @@ void publish_usage(Controller& c) EXCLUDES(c.usage_mu);
 // the state file's new text when it changed.  `*pool` gets the pool's
 // usage and `*infusion` what capacity infusion needs, read in the same lock
 // hold.  `*gpu_pos`: gres/gpu's TRES position, looked up the first time.
+// `*market_ids`: pending jobs of the market's tier it should look at.
 std::string spot_sample(Controller& c, int* gpu_pos, const std::string& last_written,
-                        planc::PoolUsage* pool, planc::slurm::InfusionJobs* infusion)
-    EXCLUDES(c.started_mu, c.usage_mu);
+                        planc::PoolUsage* pool, planc::slurm::InfusionJobs* infusion,
+                        std::vector<uint32_t>* market_ids) EXCLUDES(c.started_mu, c.usage_mu);
 
 // --- the run-start journal: ctld_journal.cc ----------------------------------
 
@@ -242,9 +281,19 @@ bool journal_hook_ours();
 std::shared_ptr<const planc::MarketFloors> market_floors(Controller& c) EXCLUDES(c.floors_mu);
 // Each sample: the floor keeper sees the pool; a round (or the market
 // opening, closing or its settings changing on reload) publishes the
-// floors, and a round clears the bids.
+// floors, and a round clears the bids.  Between rounds the market looks
+// at `look_at` (what the sample found, what job_submit/planc told) and at
+// the winners not started yet; when it opens or closes, at every job of
+// its tier.
 void market_tick(Controller& c, const planc::PlancConfig& cfg, const planc::PoolUsage& pool,
-                 bool reloaded, int gpu_pos) EXCLUDES(c.floors_mu);
+                 bool reloaded, int gpu_pos, std::vector<uint32_t> look_at)
+    EXCLUDES(c.floors_mu, c.rec_mu, c.shown_mu);
+// slurmctld's job-begin hook (job and node write locks): a P2 run that no
+// win, lock or release covers starts outside the rounds, at the floor.
+void market_on_job_begin(Controller& c, job_record_t* job) EXCLUDES(c.shown_mu, c.floors_mu);
+// jobcomp/planc's run-end hook (job write lock, in the completion path,
+// after the run is billed): a requeued P2 job bids again, held at once.
+void market_on_run_end(Controller& c, job_record_t* job) EXCLUDES(c.shown_mu, c.floors_mu);
 
 // --- round records: ctld_market_recorder.cc ----------------------------------
 
@@ -258,7 +307,13 @@ void record_round(Controller& c, const planc::MarketRoundRecord& rec) EXCLUDES(c
 
 // Each sample: feeds the idle window and acts on the controller's decision.
 void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::PoolUsage& pool,
-                   const planc::slurm::InfusionJobs& jobs, bool reloaded) EXCLUDES(c.infusion_mu);
+                   const planc::slurm::InfusionJobs& jobs, bool reloaded)
+    EXCLUDES(c.infusion_mu, c.reclaim_mu);
+// When the next replica's drain grace ends (its SIGKILL is due); none.
+std::optional<time_t> infusion_next_kill(const Controller& c);
+// Whether infusion gives replicas back for guaranteed job `job_id` now
+// (preempt/planc: no other victim for it meanwhile).
+bool reclaiming_for(Controller& c, uint32_t job_id, time_t now) EXCLUDES(c.reclaim_mu);
 
 // --- the metrics snapshot: ctld_metrics.cc (worker) --------------------------
 

@@ -21,11 +21,13 @@
 
 #include "common/job_marks.h"
 #include "common/market.h"
+#include "common/market_life.h"
 #include "common/preempt_policy.h"
 #include "common/spot_cap.h"
 #include "common/submit_policy.h"
 #include "plugins/mutex.h"
 #include "plugins/planc_shared.h"
+#include "plugins/slurm_adapter_market.h"
 #include "plugins/slurm_adapter_submit.h"
 #include "plugins/worker_thread.h"
 
@@ -89,7 +91,7 @@ bool g_spot_warned = false;
 
 int refuse(const planc::SubmitDecision& d, char** err_msg) {
   if (err_msg) *err_msg = xstrdup(d.message.c_str());
-  debug("%s: refused: %s", plugin_type, d.message.c_str());
+  debug("%s: refused: %s", plugin_type, planc::printable(d.message, 512).c_str());
   switch (d.error) {
     case planc::SubmitError::kWrongPartition:
       return ESLURM_INVALID_PARTITION_NAME;
@@ -133,18 +135,33 @@ void check_spot_cap(const planc::PlancConfig& cfg, const planc::SubmitRequest& r
 
 // The P2 market (spank/planc's options, Market=yes): the options checked
 // against the job's tier, the market's prices and the account's guaranteed
-// tiers; a P2 job in an open market is held for the next round with the
-// market's mark in its AdminComment (common/market.h), and told so.
+// tiers; a P2 job in an open market is held for the next round with its
+// market life in its AdminComment (common/market_life.h), and told so.
+// slurmctld/planc's calls are looked up on first need, again at most every
+// 10 s while missing.
 planc_market_floor_fn g_market_floor = nullptr;
+planc_market_notice_fn g_market_notice = nullptr;
+planc_sample_now_fn g_sample_now = nullptr;
 time_t g_market_lookup_at = 0;
+
+// Whether slurmctld/planc, which holds the market's rounds, is loaded.
+bool ctld_loaded(time_t now) {
+  if (!g_market_floor && now - g_market_lookup_at >= 10) {
+    g_market_lookup_at = now;
+    g_market_floor = planc::find_market_floor();
+    g_market_notice = planc::find_market_notice();
+    g_sample_now = planc::find_sample_now();
+  }
+  return g_market_floor != nullptr;
+}
 
 struct MarketAnswer {
   bool ok = true;
-  std::string error;     // refused: for the user
-  std::string note;      // accepted: for the user
-  std::string mark;      // the market's mark for the job's AdminComment
-  bool hold = false;     // held for the next round
-  std::string fallback;  // the spot-fallback mark (common/job_marks.h)
+  std::string error;                      // refused: for the user
+  std::string note;                       // accepted: for the user
+  std::optional<planc::MarketLife> life;  // the market life for the job's AdminComment
+  bool hold = false;                      // held for the next round
+  std::string fallback;                   // the spot-fallback mark (common/job_marks.h)
 };
 
 MarketAnswer check_market(const planc::PlancConfig& cfg, const planc::SubmitRequest& req,
@@ -165,18 +182,21 @@ MarketAnswer check_market(const planc::PlancConfig& cfg, const planc::SubmitRequ
   r.lock_price = opt.lock_price;
   r.begin = opt.begin;
   r.spot_fallback = opt.spot_fallback;
+  r.market_open = cfg.market.enabled;
+  r.array = opt.array;
   r.tier = d.tier->label;
   r.currency = cfg.prices.currency;
   auto list = cfg.prices.card_hour.find(opt.gpu_type);
   r.list = list != cfg.prices.card_hour.end() ? list->second : cfg.prices.default_card_hour;
+  // Until slurmctld/planc's first sample the floor is the one at no
+  // vacancy; the round checks the bid against the floor of its time.
   r.floor = planc::market_floor(cfg.prices.card_hour_floor, r.list, 0, cfg.market);
-  if (!g_market_floor && now - g_market_lookup_at >= 10) {
-    g_market_lookup_at = now;
-    g_market_floor = planc::find_market_floor();
-  }
+  const bool loaded = ctld_loaded(now);
   int64_t floor = 0, next_round = 0;
-  const bool running = g_market_floor && g_market_floor(opt.gpu_type.c_str(), &floor, &next_round);
-  if (running) r.floor = floor;
+  if (loaded && g_market_floor(opt.gpu_type.c_str(), &floor, &next_round))
+    r.floor = floor;
+  else
+    next_round = planc::next_round_after(now, cfg.market.interval_seconds);
   const planc::Entitlement ent = planc::entitlement_of(req);
   const planc::Tier* fallback = planc::advised_tier(cfg, d.tier->id, ent);
   r.has_guaranteed_alternative = fallback && (!ent.known || ent.allows(*fallback));
@@ -194,25 +214,34 @@ MarketAnswer check_market(const planc::PlancConfig& cfg, const planc::SubmitRequ
   if (!cfg.market.enabled)
     return refuse("the P2 spot market is not open on this cluster (planc.conf Market=no): leave " +
                   std::string(option) + " out, and the job takes the P2 price");
-  if (!running) {
-    if (option)
-      return refuse(
-          "the P2 spot market is not running: slurmctld/planc, which holds its rounds, is not "
-          "loaded (SlurmctldPlugstack=planc); leave " +
-          std::string(option) + " out, and the job takes the P2 price");
-    return a;  // no rounds: the job is not held
-  }
+  // An open market nobody runs would price nothing: a P2 job must not
+  // pass unpriced.
+  if (!loaded)
+    return refuse(
+        "the P2 spot market is open (planc.conf Market=yes) but slurmctld/planc, which holds its "
+        "rounds, is not loaded (SlurmctldPlugstack=planc): a P2 job cannot be priced; ask your "
+        "administrator, or submit to another tier");
   auto join = [&](std::string text) { a.note = a.note.empty() ? text : text + "; " + a.note; };
   if (opt.lock_price) {
-    a.mark = planc::market_mark_locked(r.floor, cfg.prices.currency, now);
+    planc::MarketLife l;
+    l.state = planc::MarketState::kLocked;
+    l.price = r.floor;
+    l.at = now;
+    l.begin = opt.begin;
+    a.life = l;  // its request is recorded at the market's first look
     join("P2 spot market: price locked at " + planc::format_micros(r.floor) + " " +
-         cfg.prices.currency + "/card-hour (the floor now) for its runs from " +
+         cfg.prices.currency + "/card-hour (the floor now) for its run from " +
          planc::format_utc(opt.begin) +
-         "; no round: the job starts at its --begin time as P2 "
-         "capacity allows");
+         "; no round: the job starts at its --begin time as P2 capacity allows");
     return a;
   }
-  a.mark = planc::market_mark_waiting(c.bid, cfg.prices.currency, next_round);
+  planc::MarketLife l;
+  l.state = planc::MarketState::kWaiting;
+  l.reason = planc::MarketReason::kNew;
+  l.bid = c.bid;
+  l.since = now;
+  l.owner_hold = opt.held;  // sbatch -H: out of the rounds until released
+  a.life = l;
   a.hold = true;
   std::string text =
       "P2 spot market: " +
@@ -280,11 +309,16 @@ PLANC_EXPORT int job_submit(job_desc_msg_t* job_desc, uint32_t submit_uid, char*
     MarketAnswer m = check_market(cfg, req, d, planc::slurm::market_options(job_desc));
     if (!m.ok) {
       if (err_msg) *err_msg = xstrdup(m.error.c_str());
-      debug("%s: refused: %s", plugin_type, m.error.c_str());
+      debug("%s: refused: %s", plugin_type, planc::printable(m.error, 512).c_str());
       return ESLURM_INVALID_QOS;
     }
     planc::slurm::apply_decision(d, job_desc);
-    if (!m.mark.empty()) planc::slurm::mark_for_market(m.mark, m.hold, job_desc);
+    if (m.life) planc::slurm::mark_for_market(*m.life, cfg.prices.currency, m.hold, job_desc);
+    // A guaranteed job: capacity infusion may have to give GPUs back for
+    // it, at once rather than at the next sample.
+    if (cfg.infusion.enabled && d.tier && !d.tier->preemptible && ctld_loaded(time(nullptr)) &&
+        g_sample_now)
+      g_sample_now();
     if (!m.fallback.empty()) planc::slurm::mark_for_fallback(m.fallback, job_desc);
     if (!m.note.empty() && err_msg) *err_msg = xstrdup(m.note.c_str());
     return SLURM_SUCCESS;
@@ -305,19 +339,6 @@ PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr, uin
   try {
     const auto snapshot = config();
     const planc::PlancConfig& cfg = *snapshot;
-    if (cfg.market.enabled) {
-      if (auto comment = planc::slurm::owner_release_comment(job_desc, job_ptr, submit_uid)) {
-        if (auto why = planc::market_release_refusal(*comment, job_ptr->job_id,
-                                                     cfg.market.interval_seconds)) {
-          info("%s: release of %pJ by uid %u refused: %s", plugin_type, job_ptr, submit_uid,
-               why->c_str());
-          planc::SubmitDecision d;
-          d.error = planc::SubmitError::kMarketHeld;
-          d.message = *why;
-          return refuse(d, err_msg);
-        }
-      }
-    }
     planc::SubmitRequest req = planc::slurm::modify_request(cfg, job_desc, job_ptr, submit_uid);
     planc::SubmitDecision d = planc::decide_modify(cfg, req);
     if (!req.privileged && !req.requested_qos.empty()) check_spot_cap(cfg, req, &d);
@@ -325,10 +346,55 @@ PLANC_EXPORT int job_modify(job_desc_msg_t* job_desc, job_record_t* job_ptr, uin
       // 22.05 cannot pass the text to scontrol; keep it in the log at info
       // so an admin asked "why was my update refused" can find it.
       info("%s: update of %pJ by uid %u refused: %s", plugin_type, job_ptr, submit_uid,
-           d.message.c_str());
+           planc::printable(d.message, 512).c_str());
       return refuse(d, err_msg);
     }
     planc::slurm::apply_decision(d, job_desc);
+    if (cfg.market.enabled) {
+      // The market's part, with the QoS canonical (common/market_life.h
+      // on_update): a hold or a release of a bid, a move into P2, a change
+      // of what a win or a lock was for.
+      const time_t now = time(nullptr);
+      const planc::MarketUpdate u = planc::slurm::market_update(cfg, job_desc, job_ptr, submit_uid);
+      if (u.into_market && !ctld_loaded(now)) {
+        planc::SubmitDecision r;
+        r.error = planc::SubmitError::kMarketHeld;
+        r.message =
+            "the P2 spot market is open (planc.conf Market=yes) but slurmctld/planc, which holds "
+            "its rounds, is not loaded: a job cannot move into P2 unpriced";
+        info("%s: update of %pJ by uid %u refused: %s", plugin_type, job_ptr, submit_uid,
+             r.message.c_str());
+        return refuse(r, err_msg);
+      }
+      planc::MarketContext ctx;
+      ctx.open = true;
+      ctx.now = now;
+      ctx.interval = cfg.market.interval_seconds;
+      ctx.lock_ahead = cfg.market.lock_ahead_seconds;
+      const planc::MarketFacts f =
+          planc::slurm::market_facts(planc::slurm::job_tier(cfg, job_ptr), job_ptr, -1);
+      const planc::MarketUpdateVerdict v =
+          planc::on_update(planc::slurm::market_life(job_ptr), f, u, job_ptr->job_id, ctx);
+      if (v.refusal) {
+        info("%s: update of %pJ by uid %u refused: %s", plugin_type, job_ptr, submit_uid,
+             v.refusal->c_str());
+        planc::SubmitDecision r;
+        r.error = planc::SubmitError::kMarketHeld;
+        r.message = *v.refusal;
+        return refuse(r, err_msg);
+      }
+      if (v.step.event != planc::MarketEvent::kNone)
+        planc::slurm::set_market_life(job_ptr, v.step.life, cfg.prices.currency);
+      planc::slurm::apply_market_verdict(v, job_desc);
+      if (v.cancel_release) planc::slurm::take_over_hold(job_ptr);
+      if (!v.log.empty())
+        info("%s: market: %s (uid %u's update)", plugin_type, v.log.c_str(), submit_uid);
+      // The market looks at the job once the update is done.
+      if (u.who != planc::MarketUpdate::Who::kMarket && g_market_notice &&
+          (v.step.event != planc::MarketEvent::kNone || u.into_market || u.out_of_market ||
+           u.shape_changed || u.begin || u.hold || u.release))
+        g_market_notice(job_ptr->job_id);
+    }
     return SLURM_SUCCESS;
   } catch (const std::exception& e) {
     return internal_error("job_modify", e.what(), err_msg);

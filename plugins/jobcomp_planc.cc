@@ -113,6 +113,7 @@ struct PendingFile {
 // first use and again at most every 10 s while missing (PreemptType may be
 // another plugin).  Only touched in log_record (job write lock).
 planc_preempt_run_end_fn g_run_end = nullptr;
+planc_market_run_end_fn g_market_run_end = nullptr;  // slurmctld/planc's, looked up with it
 time_t g_run_end_lookup_at = 0;
 
 // Start of the current size of each resized running job: Slurm moves
@@ -459,15 +460,19 @@ PLANC_EXPORT int jobcomp_p_log_record(job_record_t* job) {
     // First preempt/planc: a run that ended during its grace may become
     // PREEMPTED (or COMPLETED) here, before it is billed and before Slurm's
     // accounting record, which follows this callback.
-    if (!g_run_end && time(nullptr) - g_run_end_lookup_at >= 10) {
+    if ((!g_run_end || !g_market_run_end) && time(nullptr) - g_run_end_lookup_at >= 10) {
       g_run_end_lookup_at = time(nullptr);
       g_run_end = reinterpret_cast<planc_preempt_run_end_fn>(
           planc::find_plugin_symbol(PLANC_PREEMPT_OBJECT, PLANC_PREEMPT_RUN_END_SYMBOL));
+      g_market_run_end = planc::find_market_run_end();
     }
     const int run_end = g_run_end ? g_run_end(job) : 0;
     if (run_end & kRunEndDuplicate) return SLURM_SUCCESS;  // already billed
     Segment seg = planc::slurm::segment_of(job);
     seg.preempted = run_end & kRunEndPreempted;
+    // Then the market: the run is billed at what its life says now (seg
+    // holds its AdminComment); a requeue makes it bid again, held at once.
+    if (g_market_run_end) g_market_run_end(job);
     auto size = g_size_start.find(job->job_id);
     if (IS_JOB_RESIZING(job)) {
       seg.start_time = size != g_size_start.end() ? size->second : job->start_time;

@@ -12,7 +12,16 @@
 //   planc_spot_refused_v1     counts a spot-cap refusal of job_submit/planc
 //                             in slurmctld/planc's metrics;
 //   planc_preempt_run_end_v1  preempt/planc's completion hook, called by
-//                             jobcomp/planc.
+//                             jobcomp/planc;
+//   planc_market_run_end_v1   slurmctld/planc's market hook for the same
+//                             moment, called by jobcomp/planc after billing;
+//   planc_market_notice_v1    job_submit/planc (an update) and preempt/planc
+//                             (a fallback's move) tell the market to look
+//                             at a job now;
+//   planc_sample_now_v1       job_submit/planc: a guaranteed job was
+//                             submitted (infusion gives GPUs back now);
+//   planc_reclaiming_for_v1   preempt/planc asks whether infusion is giving
+//                             replicas back for a guaranteed job.
 #ifndef PLANC_PLUGINS_PLANC_SHARED_H_
 #define PLANC_PLUGINS_PLANC_SHARED_H_
 
@@ -42,6 +51,25 @@ typedef void (*planc_spot_refused_fn)(int tier);
 typedef int (*planc_market_floor_fn)(const char* gpu_type, int64_t* floor, int64_t* next_round);
 #define PLANC_MARKET_FLOOR_SYMBOL "planc_market_floor_v1"
 #define PLANC_SLURMCTLD_OBJECT "slurmctld_planc.so"
+// The market looks at `job_id` at once (its life may have moved: an
+// update, a fallback's move).  Thread-safe, non-blocking (a short mutex,
+// wakes slurmctld/planc's worker).
+typedef void (*planc_market_notice_fn)(uint32_t job_id);
+#define PLANC_MARKET_NOTICE_SYMBOL "planc_market_notice_v1"
+// slurmctld/planc samples the jobs at once (at most every 200 ms).
+// Thread-safe, non-blocking.
+typedef void (*planc_sample_now_fn)(void);
+#define PLANC_SAMPLE_NOW_SYMBOL "planc_sample_now_v1"
+// 1 while capacity infusion is giving replicas back for guaranteed job
+// `job_id` (its GPUs are being freed: nothing else need be preempted for
+// it), else 0.  Lock-free when nothing is given back; else a short mutex.
+typedef int (*planc_reclaiming_for_fn)(uint32_t job_id);
+#define PLANC_RECLAIMING_FOR_SYMBOL "planc_reclaiming_for_v1"
+// The market's part of a run's end (job write lock held, in the
+// completion path, after jobcomp/planc billed the run): a requeued P2 job
+// bids again, held at once.  Non-blocking.
+typedef void (*planc_market_run_end_fn)(void* job_record);
+#define PLANC_MARKET_RUN_END_SYMBOL "planc_market_run_end_v1"
 
 // preempt/planc's hook in slurmctld's completion path, called by
 // jobcomp/planc's log_record (job write lock held) for every run that ends,
@@ -94,6 +122,22 @@ inline planc_spot_used_fn find_spot_used() {
 inline planc_market_floor_fn find_market_floor() {
   return reinterpret_cast<planc_market_floor_fn>(
       find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_MARKET_FLOOR_SYMBOL));
+}
+inline planc_market_notice_fn find_market_notice() {
+  return reinterpret_cast<planc_market_notice_fn>(
+      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_MARKET_NOTICE_SYMBOL));
+}
+inline planc_sample_now_fn find_sample_now() {
+  return reinterpret_cast<planc_sample_now_fn>(
+      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_SAMPLE_NOW_SYMBOL));
+}
+inline planc_reclaiming_for_fn find_reclaiming_for() {
+  return reinterpret_cast<planc_reclaiming_for_fn>(
+      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_RECLAIMING_FOR_SYMBOL));
+}
+inline planc_market_run_end_fn find_market_run_end() {
+  return reinterpret_cast<planc_market_run_end_fn>(
+      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_MARKET_RUN_END_SYMBOL));
 }
 inline planc_spot_refused_fn find_spot_refused() {
   return reinterpret_cast<planc_spot_refused_fn>(

@@ -99,6 +99,13 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
           planc::reclaims_replica(er->id, planc::slurm::infused_mark_of(preemptor).has_value(),
                                   ee->id, planc::slurm::infused_mark_of(preemptee).has_value())))
       return false;
+    // Capacity infusion is giving replicas back for this guaranteed job:
+    // their GPUs are being freed for it, nothing else is preempted for it
+    // meanwhile (not a job on another node while a replica's node
+    // completes).
+    if (!er->preemptible && !planc::slurm::infused_mark_of(preemptee))
+      if (auto reclaiming = g->reclaiming_for.load(std::memory_order_relaxed))
+        if (reclaiming(preemptor->job_id)) return false;
     g->last_preemptor = preemptor->job_id;
     g->last_preemptor_tier = er->id;
     if (!g->in_ledger.maybe_contains(preemptee->job_id)) return true;

@@ -20,6 +20,7 @@
 #include "common/preemption_tracker.h"
 #include "plugins/config_watch.h"
 #include "plugins/mutex.h"
+#include "plugins/planc_shared.h"
 #include "plugins/slurm_adapter_preempt.h"
 
 namespace planc::preempt {
@@ -61,14 +62,6 @@ struct Plugin {
   // SIGKILL orders of graceless victims, captured when they are preempted
   // (their node list is gone once Slurm requeues them).
   std::map<uint32_t, planc::slurm::JobSignal> kill_orders GUARDED_BY(mu);
-  // Preempted --spot-fallback jobs being requeued: the worker moves each to
-  // its fallback tier once it is pending again.
-  // Job id -> the restart count of the run that was preempted.
-  std::map<uint32_t, uint32_t> fallbacks GUARDED_BY(mu);
-  // Preempted P2 jobs matched in a market round, being requeued: the
-  // worker holds each for the next round once it is pending again (issue
-  // 15).  Job id -> the restart count of the run that was preempted.
-  std::map<uint32_t, uint32_t> rebids GUARDED_BY(mu);
   // The jobs the ledger may hold, readable without mu by the hot paths.
   // Written under mu.
   planc::LedgerFilter in_ledger;
@@ -89,6 +82,11 @@ struct Plugin {
   // GRACE_TIME this names the job that caused the preemption (Slurm does
   // not pass it).  Only touched under slurmctld's job lock.
   uint32_t last_preemptor = 0;
+  // slurmctld/planc's answer whether infusion gives replicas back for a
+  // guaranteed job (planc_reclaiming_for_v1): looked up by the worker,
+  // read by preemptable().
+  std::atomic<planc_reclaiming_for_fn> reclaiming_for{nullptr};
+  std::atomic<planc_market_notice_fn> market_notice{nullptr};
   planc::TierId last_preemptor_tier = planc::TierId::kP0;
 };
 

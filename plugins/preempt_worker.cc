@@ -201,7 +201,7 @@ std::vector<uint32_t> fall_back(Plugin& p, const std::vector<std::pair<uint32_t,
            id, from, to, cfg.tiers.tier(r.to).qos.c_str());
     } else if (r.kind == K::kRefused) {
       error(
-          "%s: JobId=%u: --spot-fallback: Slurm refused the move from %s to %s (%s); the job "
+          "%s: JobId=%u: --spot-fallback: the move from %s to %s was refused (%s); the job "
           "stays in %s and its AdminComment says why",
           plugin_type, id, from, to, r.why.c_str(), from);
     } else if (r.kind == K::kMissed) {
@@ -212,40 +212,18 @@ std::vector<uint32_t> fall_back(Plugin& p, const std::vector<std::pair<uint32_t,
     }
   }
   if (moved) queue_job_scheduler();  // only signals the scheduler thread
+  // The market looks at each at once: a job moved out of P2 is no longer
+  // its bid (its hold is released); one that stays bids.
+  if (auto notice = p.market_notice.load())
+    for (uint32_t id : settled) notice(id);
   return settled;
 }
 
-// Matched P2 jobs requeued by a preemption: held for the next round.
-std::vector<uint32_t> rebid(Plugin& p, const std::vector<std::pair<uint32_t, uint32_t>>& ids) {
-  using K = planc::slurm::RebidResult::Kind;
-  const planc::PlancConfig& cfg = *policy(p).config;
-  std::vector<std::pair<uint32_t, planc::slurm::RebidResult>> results;
-  slurmctld_lock_t locks = planc::slurm::job_update_locks();
-  lock_slurmctld(locks);
-  for (const auto& [id, run] : ids)
-    results.emplace_back(id, planc::slurm::hold_for_rebid(cfg, id, run, time(nullptr)));
-  unlock_slurmctld(locks);
-  std::vector<uint32_t> settled;
-  for (const auto& [id, r] : results) {
-    if (r.kind == K::kNotYet) continue;
-    settled.push_back(id);
-    if (r.kind == K::kHeld)
-      info(
-          "%s: JobId=%u: preempted after its market match: requeued and held for the next round "
-          "(it bids again)",
-          plugin_type, id);
-    else if (r.kind == K::kFailed)
-      error(
-          "%s: JobId=%u: preempted after its market match: the hold for the next round failed: "
-          "%s; it may run again at its old price",
-          plugin_type, id, r.why.c_str());
-    else if (r.kind == K::kMissed)
-      error(
-          "%s: JobId=%u: preempted after its market match, it started again before it could be "
-          "held for the next round (at its old price)",
-          plugin_type, id);
-  }
-  return settled;
+// slurmctld/planc's calls (plugins/planc_shared.h), looked up until found:
+// it loads after this plugin.
+void find_ctld_calls(Plugin& p) {
+  if (!p.reclaiming_for.load()) p.reclaiming_for = planc::find_reclaiming_for();
+  if (!p.market_notice.load()) p.market_notice = planc::find_market_notice();
 }
 
 // Forgets the counts of jobs that have ended.
@@ -317,7 +295,7 @@ void run_worker(Plugin* pp) {
   bool first_snapshot_written = false;
   planc::MutexLock l(p.mu);
   while (!p.stop) {
-    bool busy = p.tracker.busy() || p.tracker.dirty() || !p.fallbacks.empty() || !p.rebids.empty();
+    bool busy = p.tracker.busy() || p.tracker.dirty() || !p.tracker.fallbacks().empty();
     p.worker_idle = !busy;
     // The wait runs on the steady clock, as the other plugins' do: a step
     // of the wall clock (NTP on a machine just booted) neither stalls the
@@ -341,6 +319,7 @@ void run_worker(Plugin* pp) {
                 std::chrono::duration_cast<std::chrono::seconds>(pass_start - wake).count()));
     l.unlock();
     reload(p);
+    find_ctld_calls(p);
     l.lock();
     // Nothing about jobs can be known before slurmctld has loaded them
     // (after a restart the tracker may already hold graces).
@@ -360,19 +339,13 @@ void run_worker(Plugin* pp) {
         l.lock();
       }
     }
-    if (!p.fallbacks.empty()) {
-      std::vector<std::pair<uint32_t, uint32_t>> ids(p.fallbacks.begin(), p.fallbacks.end());
+    if (!p.tracker.fallbacks().empty()) {
+      std::vector<std::pair<uint32_t, uint32_t>> ids(p.tracker.fallbacks().begin(),
+                                                     p.tracker.fallbacks().end());
       l.unlock();
       std::vector<uint32_t> settled = fall_back(p, ids);
       l.lock();
-      for (uint32_t id : settled) p.fallbacks.erase(id);
-    }
-    if (!p.rebids.empty()) {
-      std::vector<std::pair<uint32_t, uint32_t>> ids(p.rebids.begin(), p.rebids.end());
-      l.unlock();
-      std::vector<uint32_t> settled = rebid(p, ids);
-      l.lock();
-      for (uint32_t id : settled) p.rebids.erase(id);
+      for (uint32_t id : settled) p.tracker.fallback_settled(id);
     }
     if (std::chrono::steady_clock::now() - last_metrics >= kMetricsInterval) {
       l.unlock();
@@ -442,19 +415,15 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
   // A --spot-fallback job to be requeued: the worker moves it to its
   // guaranteed tier once it is pending again (rare: woken at once).
   const bool fallback = e.requeue && planc::slurm::fallback_pending(job);
-  // A P2 job matched in a market round bids again after its requeue.
-  const bool rebid = e.requeue && !fallback && victim->id == TierId::kP2 && cfg.market.enabled &&
-                     planc::slurm::market_matched(job);
   bool wake;
   {
     planc::MutexLock l(p.mu);
-    if (fallback) p.fallbacks[job->job_id] = job->restart_cnt;
-    if (rebid) p.rebids[job->job_id] = job->restart_cnt;
+    if (fallback) p.tracker.expect_fallback(job->job_id, job->restart_cnt);
     e = p.tracker.start(e, now_ms());
     p.preemptions_started[planc::tier_index(victim->id)]++;
     p.in_ledger.add(job->job_id);
     if (kill) p.kill_orders[job->job_id] = std::move(*kill);
-    wake = e.grace_seconds || p.worker_idle || fallback || rebid;
+    wake = e.grace_seconds || p.worker_idle || fallback;
     if (wake) {
       p.wake = true;
       p.worker_idle = false;

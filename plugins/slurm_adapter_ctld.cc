@@ -16,7 +16,9 @@
 #include "common/infusion.h"
 #include "common/job_marks.h"
 #include "common/market.h"
+#include "common/market_life.h"
 #include "plugins/slurm_adapter_internal.h"
+#include "plugins/slurm_adapter_market.h"
 
 namespace planc::slurm {
 namespace {
@@ -192,6 +194,60 @@ void add_typed_gpus(const job_record_t* job, const std::vector<std::string>& nod
   list_iterator_destroy(it);
 }
 
+// Whether the job asks for a node (-w) that cannot take it now: down,
+// drained, failed or not responding.  REQUIRES the node read lock.
+bool pinned_to_unavailable_node(const job_record_t* job) {
+  if (!job->details || !job->details->req_node_bitmap) return false;
+  for (int i = 0; i < node_record_count; i++) {
+    if (!bit_test(job->details->req_node_bitmap, i)) continue;
+    const node_record_t* n = node_record_table_ptr[i];
+    if (!n || IS_NODE_DOWN(n) || IS_NODE_DRAIN(n) || IS_NODE_FAIL(n) || IS_NODE_NO_RESPOND(n))
+      return true;
+  }
+  return false;
+}
+
+// Why a pending guaranteed job waits (common/infusion.h).  REQUIRES the job
+// and node read locks.
+GuaranteedWait guaranteed_wait(const job_record_t* job) {
+  if (pinned_to_unavailable_node(job)) return GuaranteedWait::kUnavailableNode;
+  if (job->priority == 0) return GuaranteedWait::kHeld;
+  switch (job->state_reason) {
+    case WAIT_NO_REASON:
+      return GuaranteedWait::kNotYet;
+    case WAIT_RESOURCES:
+      return GuaranteedWait::kResources;
+    case WAIT_PRIORITY:
+      return GuaranteedWait::kPriority;
+    case WAIT_HELD:
+    case WAIT_HELD_USER:
+      return GuaranteedWait::kHeld;
+    case WAIT_DEPENDENCY:
+    case WAIT_DEP_INVALID:
+      return GuaranteedWait::kDependency;
+    case WAIT_TIME:
+      return GuaranteedWait::kBeginTime;
+    case WAIT_NODE_NOT_AVAIL:
+      return GuaranteedWait::kUnavailableNode;
+    case WAIT_QOS_GRP_GRES:  // the 80% cap: the guaranteed partition QoS's GrpTRES
+      return GuaranteedWait::kCapLimit;
+    default:
+      break;
+  }
+  const char* name = job_reason_string(static_cast<job_state_reason>(job->state_reason));
+  if (name && (!std::strncmp(name, "Assoc", 5) || !std::strncmp(name, "QOS", 3)))
+    return GuaranteedWait::kOtherLimit;
+  return GuaranteedWait::kOther;
+}
+
+// Whether the market should look at a pending job of its tier: it has no
+// life, or not that of a bid it holds.
+bool market_should_look(const job_record_t* job) {
+  if (!job->admin_comment) return true;
+  auto life = parse_life(job->admin_comment);
+  return !life || life->state != MarketState::kWaiting || job->priority != 0;
+}
+
 // One job's part of the sample.
 void sample_job(const QosTierCache& tiers, int gpu_pos, const std::vector<std::string>& node_types,
                 const job_record_t* job, JobSample* out) {
@@ -204,8 +260,12 @@ void sample_job(const QosTierCache& tiers, int gpu_pos, const std::vector<std::s
   const uint32_t requested = requested_gpus(job, gpu_pos);
   auto replica = infused_mark_of(job);
   if (replica)
-    out->infusion.replicas.push_back({job->job_id, std::move(replica->pool), run, requested});
+    out->infusion.replicas.push_back({job->job_id, std::move(replica->pool), replica->tier, run,
+                                      run && job->preempt_time != 0, requested,
+                                      replica->drain_grace_seconds});
   if (run && job->preempt_time) out->infusion.preempting_gpus += requested;
+  if (!run && t->id == TierId::kP2 && market_should_look(job))
+    out->market_ids.push_back(job->job_id);
   if (!t->preemptible) {
     if (run) {
       out->guaranteed_running.push_back({job->job_id, t->id, job->start_time,
@@ -215,8 +275,8 @@ void sample_job(const QosTierCache& tiers, int gpu_pos, const std::vector<std::s
       out->guaranteed_pending.push_back(job->job_id);
       const char* reason = held_back_reason(job);
       if (reason) out->guaranteed_held.push_back({job->job_id, reason});
-      if (!replica && (!reason || std::strcmp(reason, "limit") == 0))
-        out->infusion.guaranteed_waiting_gpus += requested;
+      if (!replica)
+        out->infusion.guaranteed_waiting.push_back({job->job_id, requested, guaranteed_wait(job)});
     }
   }
   if (!run) return;
@@ -226,8 +286,10 @@ void sample_job(const QosTierCache& tiers, int gpu_pos, const std::vector<std::s
   const int k = tier_index(t->id);
   u.running_jobs[k]++;
   u.allocated_gpus[k] += gpus;
-  if (gpus && !u.typed_gpus.empty() && t->id != TierId::kP3)
+  if (gpus && !u.typed_gpus.empty() && t->id != TierId::kP3) {
     add_typed_gpus(job, node_types, &u.typed_held);
+    if (!t->preemptible) add_typed_gpus(job, node_types, &u.typed_guaranteed);
+  }
   if (t->preemptible)
     out->spot_running.push_back(
         {job->job_id, str(job->account), counted_tier(job, t->id), gpus, job->start_time});
@@ -283,8 +345,8 @@ void sample_jobs(const QosTierCache& tiers, int gpu_pos, const std::vector<uint3
       const job_record_t* job = find_job_record(id);
       if (!job || !IS_JOB_PENDING(job)) continue;
       if (auto mark = infused_mark_of(job))
-        out->infusion.replicas.push_back(
-            {id, std::move(mark->pool), false, requested_gpus(job, gpu_pos)});
+        out->infusion.replicas.push_back({id, std::move(mark->pool), mark->tier, false, false,
+                                          requested_gpus(job, gpu_pos), mark->drain_grace_seconds});
     }
   }
   for (uint32_t id : tracked) {
@@ -308,36 +370,44 @@ std::string admin_comment(uint32_t job_id) {
   return job ? str(job->admin_comment) : std::string();
 }
 
-std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_pos) {
-  std::vector<MarketJob> out;
+namespace {
+
+MarketJobView market_view(const QosTierCache& tiers, int gpu_pos, const job_record_t* job) {
+  MarketJobView v;
+  v.job_id = job->job_id;
+  v.facts = market_facts(job_tier(tiers, job), job, gpu_pos);
+  v.life = market_life(job);
+  v.submitted = job->details ? job->details->submit_time : 0;
+  v.uid = job->user_id;
+  if (job->user_name) v.user = job->user_name;
+  if (job->account) v.account = job->account;
+  return v;
+}
+
+}  // namespace
+
+std::vector<MarketJobView> market_walk(const QosTierCache& tiers, int gpu_pos) {
+  std::vector<MarketJobView> out;
   ListIterator it = list_iterator_create(job_list);
   while (auto* job = static_cast<job_record_t*>(list_next(it))) {
-    if (!IS_JOB_PENDING(job) || !job->admin_comment) continue;
+    // A finished job's life matters only to its bill, already written.
+    if (!IS_JOB_PENDING(job) && !IS_JOB_RUNNING(job)) continue;
     const Tier* t = job_tier(tiers, job);
-    if (!t || t->id != TierId::kP2) continue;
-    auto mark = read_market_mark(job->admin_comment);
-    if (!mark) continue;
-    // A locked booking bids in no round; once its --begin has come its GPUs
-    // are set aside from the capacity, as a winner's are.
-    if (mark->locked && job->details && job->details->begin_time > time(nullptr)) continue;
-    const bool held = job->priority == 0;
-    if (held && mark->matched) continue;  // held by someone after it won
-    MarketJob m;
-    m.job_id = job->job_id;
-    m.gpus = requested_gpus(job, gpu_pos);
-    m.submitted = job->details ? job->details->submit_time : 0;
-    m.admin_comment = job->admin_comment;
-    m.bid = mark->bid;
-    m.gpu_type = requested_gpu_type(
-        {job->tres_per_node, job->tres_per_job, job->tres_per_socket, job->tres_per_task});
-    m.bidding = !mark->matched && !mark->locked;
-    m.admin_held = held && job->state_reason == WAIT_HELD;
-    m.uid = job->user_id;
-    if (job->user_name) m.user = job->user_name;
-    if (job->account) m.account = job->account;
-    out.push_back(std::move(m));
+    if ((!t || t->id != TierId::kP2) &&
+        !(job->admin_comment && std::strstr(job->admin_comment, kMarketTag.data())))
+      continue;
+    out.push_back(market_view(tiers, gpu_pos, job));
   }
   list_iterator_destroy(it);
+  return out;
+}
+
+std::vector<MarketJobView> market_views(const QosTierCache& tiers, int gpu_pos,
+                                        const std::vector<uint32_t>& ids) {
+  std::vector<MarketJobView> out;
+  for (uint32_t id : ids)
+    if (const job_record_t* job = find_job_record(id))
+      out.push_back(market_view(tiers, gpu_pos, job));
   return out;
 }
 
@@ -352,8 +422,8 @@ uint32_t submit_replica(const PoolConfig& pool, const std::string& qos,
     return 0;
   }
   std::string script;
-  if (posix_file_system().read_file(pool.script, &script) != 0) {
-    *why = system_error("cannot read the pool's Script", pool.script, errno);
+  if (auto bad = read_trusted_script(pool.script, &script)) {
+    *why = *bad;
     return 0;
   }
   if (script.compare(0, 2, "#!") != 0) {

@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "common/infusion.h"
 #include "common/job_watch.h"
+#include "common/market_life.h"
 #include "common/metrics_snapshot.h"
 #include "common/spot_cap.h"
 #include "common/starvation.h"
@@ -57,15 +59,18 @@ std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id);
 struct ReplicaJob {
   uint32_t job_id = 0;
   std::string pool;
+  TierId tier = TierId::kP1;
   bool running = false;
-  uint32_t gpus = 0;  // requested (tres_req_cnt at `gpu_tres_pos`)
+  bool ending = false;               // running in a preemption's grace (Slurm ends it)
+  uint32_t gpus = 0;                 // requested (tres_req_cnt at `gpu_tres_pos`)
+  uint32_t drain_grace_seconds = 0;  // from its mark
 };
-// The replicas, and the GPUs that guaranteed (P0, P1) jobs other than
-// replicas wait for (pending, not held, not waiting on a dependency or
-// their --begin; a limit counts: the 80% cap is one).
+// The replicas, and the guaranteed (P0, P1) jobs other than replicas that
+// wait, each with why (common/infusion.h reclaimable_demand decides which
+// count).
 struct InfusionJobs {
   std::vector<ReplicaJob> replicas;
-  uint64_t guaranteed_waiting_gpus = 0;
+  std::vector<PendingGuaranteed> guaranteed_waiting;
   uint64_t preempting_gpus = 0;  // held by running jobs in their preemption grace
 };
 struct JobSample {
@@ -79,6 +84,9 @@ struct JobSample {
   uint64_t visited = 0;
   bool walked = false;
   InfusionJobs infusion;
+  // Pending jobs of the market's tier (P2) the market should look at: no
+  // market life yet, or one that is not a bid the market holds.
+  std::vector<uint32_t> market_ids;
 };
 void sample_jobs(const QosTierCache& tiers, int gpu_tres_pos, const std::vector<uint32_t>& tracked,
                  const JobWatch::Plan& plan, const std::vector<uint32_t>& replica_ids,
@@ -98,27 +106,26 @@ int gpu_tres_position();
 // The job's AdminComment ("" when none).  REQUIRES the job read lock.
 std::string admin_comment(uint32_t job_id);
 
-// The P2 market's jobs (common/market.h's mark in AdminComment) pending in
-// a tier's P2 QoS: the bidders (no matched price yet: held for the market,
-// or released by their owner before a round: job_submit/planc's hold is,
-// to Slurm, the owner's) and those matched and released but not started
-// yet (they hold their GPUs for the round).  REQUIRES the job read lock.
-struct MarketJob {
+// A job as the P2 market sees it (common/market_life.h), with what the
+// round's record needs: when it was submitted and whose it is (user_name
+// may be empty: slurmctld fills it lazily; the caller resolves uid then,
+// outside the locks).
+struct MarketJobView {
   uint32_t job_id = 0;
-  uint32_t gpus = 0;     // requested (tres_req_cnt at `gpu_tres_pos`)
-  std::string gpu_type;  // the type it asks for (--gres=gpu:h800:8), "" for none
+  MarketFacts facts;
+  std::optional<MarketLife> life;
   time_t submitted = 0;
-  std::string admin_comment;
-  std::optional<Micros> bid;  // from the mark; none: bids the list price
-  bool bidding = false;       // else matched, not started
-  bool admin_held = false;    // priority 0 by an administrator (a round's hold)
-  // The owner, for the round's record (planc.market_bid): user_name may be
-  // empty (slurmctld fills it lazily); the caller resolves uid then,
-  // outside the locks.
   uint32_t uid = 0;
   std::string user, account;
 };
-std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_tres_pos);
+// Every job in the market's tier (P2) that is pending or running, and every
+// other job with a market life: the round's walk.  REQUIRES the job read
+// lock.
+std::vector<MarketJobView> market_walk(const QosTierCache& tiers, int gpu_tres_pos);
+// The same for `ids` (jobs slurmctld no longer knows are left out).
+// REQUIRES the job read lock.
+std::vector<MarketJobView> market_views(const QosTierCache& tiers, int gpu_tres_pos,
+                                        const std::vector<uint32_t>& ids);
 
 // --- capacity infusion ------------------------------------------------------------
 
@@ -131,6 +138,8 @@ std::vector<MarketJob> market_jobs(const QosTierCache& tiers, int gpu_tres_pos);
 // PLANC_DRAIN_SECONDS in its environment.  job_submit/planc sees it as
 // any submission.  Call with NO slurmctld lock held: it waits for
 // slurmctld to handle the RPC.  The new job id, or 0 with `*why` set.
+// The script is read through common/file_system.h read_trusted_script:
+// refused unless root owns it and nobody else may write it.
 uint32_t submit_replica(const PoolConfig& pool, const std::string& qos,
                         const std::string& admin_comment, uint32_t drain_seconds, std::string* why);
 // scancel --signal=SIG --full for a running job (its batch script and every

@@ -81,6 +81,18 @@ FallbackResult apply_fallback(const PlancConfig& cfg, const QosTierCache& tiers,
   // A starved P3 job on its free P2 attempt falls back from P3.
   auto free = free_attempt_tiers(comment);
   r.from = free ? free->first : now_in->id;
+  // The move is SlurmUser's, which Slurm's own check of the QoS against the
+  // association skips: the account may have changed since submission (an
+  // update), so its entitlement is checked here.
+  const Entitlement ent = entitlement_of(cfg, job);
+  if (ent.known && !ent.allows(cfg.tiers.tier(r.to))) {
+    r.kind = K::kRefused;
+    r.why = "account " + ent.account + " may not use " + cfg.tiers.tier(r.to).qos;
+    const std::string refused = with_tagged_mark(
+        comment, kFallbackTag, fallback_refused_mark(cfg, r.from, r.to, now, r.why));
+    update_job_as_slurm_user(job_id, nullptr, refused.c_str());
+    return r;
+  }
   const std::string moved = remove_free_attempt_mark(
       with_tagged_mark(comment, kFallbackTag, fallback_done_mark(cfg, r.from, r.to, now)));
   int rc = update_job_as_slurm_user(job_id, cfg.tiers.tier(r.to).qos.c_str(), moved.c_str());
@@ -93,32 +105,6 @@ FallbackResult apply_fallback(const PlancConfig& cfg, const QosTierCache& tiers,
   const std::string refused =
       with_tagged_mark(comment, kFallbackTag, fallback_refused_mark(cfg, r.from, r.to, now, r.why));
   update_job_as_slurm_user(job_id, nullptr, refused.c_str());
-  return r;
-}
-
-bool market_matched(const job_record_t* job) {
-  if (!job->admin_comment) return false;
-  auto m = read_market_mark(job->admin_comment);
-  return m && m->matched && !m->locked;
-}
-
-RebidResult hold_for_rebid(const PlancConfig& cfg, uint32_t job_id, uint32_t run, time_t now) {
-  using K = RebidResult::Kind;
-  RebidResult r;
-  job_record_t* job = find_job_record(job_id);
-  if (auto k = unless_pending<K>(requeue_state(job, run))) {
-    r.kind = *k;
-    return r;
-  }
-  const std::string comment = str(job->admin_comment);
-  auto mark = read_market_mark(comment);
-  if (!mark || !mark->matched || mark->locked) return r;
-  const std::string waiting = with_market_mark(
-      comment, market_mark_waiting(mark->bid, cfg.prices.currency,
-                                   next_round_after(now, cfg.market.interval_seconds)));
-  int rc = hold_job_as_slurm_user(job_id, waiting.c_str());
-  r.kind = rc == SLURM_SUCCESS ? K::kHeld : K::kFailed;
-  if (rc != SLURM_SUCCESS) r.why = slurm_strerror(rc);
   return r;
 }
 

@@ -40,23 +40,6 @@ FallbackResult apply_fallback(const PlancConfig& cfg, const QosTierCache& tiers,
 // Whether the job's AdminComment has a spot-fallback mark not yet acted on.
 bool fallback_pending(const job_record_t* job);
 
-// The P2 market (issue 15): a run matched in a round keeps its price for
-// that run only.  A matched job that is preempted and requeued bids again:
-// once pending, it is held (as SlurmUser) with its mark back to "waiting
-// for the round at T" (the next multiple of MarketInterval), so no later
-// run starts at the old price or outside a round.  `run`: the restart
-// count of the preempted run.  kNotYet: its requeue is not done yet;
-// kMissed: it runs again already (at the old price: its next preemption
-// puts it back); kGone: nothing to do.  Job update locks held.
-struct RebidResult {
-  enum class Kind : uint8_t { kNotYet, kHeld, kFailed, kMissed, kGone } kind = Kind::kGone;
-  std::string why;
-};
-RebidResult hold_for_rebid(const PlancConfig& cfg, uint32_t job_id, uint32_t run, time_t now);
-// Whether the job's AdminComment says it was matched in a market round
-// (not a --lock-price booking).  REQUIRES the job read lock.
-bool market_matched(const job_record_t* job);
-
 // A signal for all of a job's processes (batch script's process group and
 // every step), to be sent later: what job_signal(job, sig, KILL_JOB_BATCH |
 // KILL_FULL_JOB) would send now.

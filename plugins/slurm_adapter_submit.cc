@@ -6,6 +6,7 @@
 #include "plugins/slurm_compat.h"
 
 #include <cstring>
+#include <string_view>
 
 #include "common/job_marks.h"
 #include "common/market.h"
@@ -90,12 +91,50 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
   return req;
 }
 
-std::optional<std::string> owner_release_comment(const job_desc_msg_t* desc,
-                                                 const job_record_t* job, uint32_t submit_uid) {
-  if (desc->priority != INFINITE || !IS_JOB_PENDING(job) || !job->admin_comment)
-    return std::nullopt;
-  if (validate_operator(submit_uid)) return std::nullopt;
-  return std::string(job->admin_comment);
+namespace {
+// Whether an update's text field sets something other than the job's.
+bool differs(const char* update, const char* now) {
+  return update && std::string_view(update) != std::string_view(now ? now : "");
+}
+}  // namespace
+
+MarketUpdate market_update(const PlancConfig& cfg, const job_desc_msg_t* desc,
+                           const job_record_t* job, uint32_t submit_uid) {
+  using Who = MarketUpdate::Who;
+  MarketUpdate u;
+  if (submit_uid == slurm_conf.slurm_user_id)
+    u.who = Who::kMarket;
+  else if (validate_operator(submit_uid))
+    u.who = Who::kOperator;
+  else if (submit_uid == job->user_id)
+    u.who = Who::kOwner;
+  else
+    u.who = Who::kCoordinator;
+  const Tier* now = job_tier(cfg, job);
+  const bool in_now = now && now->id == TierId::kP2;
+  if (desc->qos) {
+    const Tier* to = cfg.tiers.find_by_qos(desc->qos);
+    const bool in_after = to && to->id == TierId::kP2;
+    u.into_market = in_after && !in_now;
+    u.out_of_market = in_now && !in_after;
+  }
+  u.shape_changed =
+      differs(desc->tres_per_node, job->tres_per_node) ||
+      differs(desc->tres_per_job, job->tres_per_job) ||
+      differs(desc->tres_per_socket, job->tres_per_socket) ||
+      differs(desc->tres_per_task, job->tres_per_task) || differs(desc->account, job->account) ||
+      differs(desc->partition, job->partition) ||
+      (desc->min_nodes != NO_VAL && job->details && desc->min_nodes != job->details->min_nodes);
+  if (desc->begin_time && desc->begin_time != NO_VAL) u.begin = desc->begin_time;
+  u.hold = desc->priority == 0;
+  u.release = desc->priority == INFINITE;
+  u.array = job->array_recs || job->array_task_id != NO_VAL || job->het_job_id;
+  return u;
+}
+
+void apply_market_verdict(const MarketUpdateVerdict& v, job_desc_msg_t* desc) {
+  if (v.cancel_release) desc->priority = NO_VAL;
+  if (v.hold) desc->priority = 0;
 }
 
 MarketOptions market_options(const job_desc_msg_t* desc) {
@@ -112,6 +151,8 @@ MarketOptions market_options(const job_desc_msg_t* desc) {
     if (value("PLANC_SPOT_FALLBACK")) m.spot_fallback = true;
   }
   m.any = m.bid || m.lock_price || m.spot_fallback;
+  m.array = desc->array_inx || desc->het_job_offset != NO_VAL;
+  m.held = desc->priority == 0;
   if (desc->begin_time && desc->begin_time != NO_VAL) m.begin = desc->begin_time;
   m.gpu_type = requested_gpu_type(
       {desc->tres_per_node, desc->tres_per_job, desc->tres_per_socket, desc->tres_per_task});
@@ -127,9 +168,10 @@ void put_mark(job_desc_msg_t* desc, std::string_view tag, const std::string& mar
 }
 }  // namespace
 
-void mark_for_market(const std::string& mark, bool hold, job_desc_msg_t* desc) {
+void mark_for_market(const MarketLife& life, const std::string& currency, bool hold,
+                     job_desc_msg_t* desc) {
   if (hold) desc->priority = 0;
-  put_mark(desc, kMarketTag, mark);
+  put_mark(desc, kMarketTag, serialize_life(life, currency));
 }
 
 void mark_for_fallback(const std::string& mark, job_desc_msg_t* desc) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "common/market_life.h"
 #include "common/submit_policy.h"
 
 namespace planc::slurm {
@@ -34,19 +35,26 @@ struct MarketOptions {
   bool lock_price = false, spot_fallback = false;
   time_t begin = 0;
   std::string gpu_type;
+  bool array = false;  // a job array, or a part of a heterogeneous job
+  bool held = false;   // submitted held (sbatch -H): its owner's hold
 };
 MarketOptions market_options(const job_desc_msg_t* desc);
 
-// An update that releases a held pending job (scontrol release sends
-// priority INFINITE) by someone who is not an operator, SlurmUser or root:
-// the job's AdminComment (it says whether the job bids in the market);
-// none for any other update.  slurmctld/planc's own releases are
-// SlurmUser's.  REQUIRES the job read lock.
-std::optional<std::string> owner_release_comment(const job_desc_msg_t* desc,
-                                                 const job_record_t* job, uint32_t submit_uid);
-// Puts the market's `mark` in a new job's AdminComment and, when `hold`,
+// What an update of a job (`desc`, after job_submit/planc's decision was
+// applied: its QoS is canonical) does as the market sees it: who asks,
+// whether it moves the job into or out of `market_tier`'s QoS, changes what
+// a win or a lock was for (GPUs, GPU type, nodes, account, partition) or
+// its --begin, holds or releases it.  Updates as SlurmUser are the
+// market's own.  REQUIRES the job read lock.
+MarketUpdate market_update(const PlancConfig& cfg, const job_desc_msg_t* desc,
+                           const job_record_t* job, uint32_t submit_uid);
+// Applies a verdict's changes to the update: a hold added, a release taken
+// out.
+void apply_market_verdict(const MarketUpdateVerdict& v, job_desc_msg_t* desc);
+// Puts the market's life in a new job's AdminComment and, when `hold`,
 // holds it for the market's next round.
-void mark_for_market(const std::string& mark, bool hold, job_desc_msg_t* desc);
+void mark_for_market(const MarketLife& life, const std::string& currency, bool hold,
+                     job_desc_msg_t* desc);
 // Puts the spot-fallback mark (common/job_marks.h) in a new job's
 // AdminComment and makes it requeue when preempted.
 void mark_for_fallback(const std::string& mark, job_desc_msg_t* desc);

@@ -48,6 +48,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <thread>
 
 #include "common/preempt_policy.h"  // format_utc
 #include "common/spot_cap.h"
@@ -71,6 +72,10 @@ constexpr const char* kStateFile = "planc_spot_state";
 // view is extrapolated exactly; only a job that ends is counted to the
 // last sample when Slurm forgets its end time (requeue).
 constexpr int kSpotSampleSeconds = 5;
+// A sample asked for between two samples (a notice, a guaranteed
+// submission) comes at most this soon after the last one.
+constexpr auto kMinSampleGap = std::chrono::milliseconds(200);
+using Clock = std::chrono::steady_clock;
 
 // The controller (plugins/ctld_state.h): made by the first init(), never
 // freed.
@@ -98,11 +103,23 @@ bool reload(Controller& c, planc::ConfigWatch* watch) {
   return true;
 }
 
+// The earliest moment the worker must act on its own: the next sample, the
+// next scan, a drain grace that ends (its SIGKILL is due to the second).
+Clock::time_point next_wake(const Controller& c, Clock::time_point next_scan,
+                            Clock::time_point next_sample) {
+  auto at = std::min(next_scan, next_sample);
+  if (auto due = infusion_next_kill(c)) {
+    const auto in = std::chrono::seconds(std::max<time_t>(0, *due - time(nullptr)));
+    at = std::min(at, Clock::now() + in);
+  }
+  return at;
+}
+
 void worker(Controller* cp, planc::ConfigWatch watch) {
   Controller& c = *cp;
-  using Clock = std::chrono::steady_clock;
   auto next_scan = Clock::now() + std::chrono::seconds(c.config->starvation_interval_seconds);
   auto next_sample = Clock::now();
+  auto last_sample = Clock::now() - std::chrono::seconds(kSpotSampleSeconds);
   int gpu_pos = -1;
   std::string written;
   bool hook_warned = false;
@@ -110,10 +127,17 @@ void worker(Controller* cp, planc::ConfigWatch watch) {
   planc::IdleCrossings idle;
   planc::MutexLock l(c.mu);
   while (!c.stop) {
-    while (!c.stop &&
-           c.cv.wait_until(l, std::min(next_scan, next_sample)) == std::cv_status::no_timeout) {
+    while (!c.stop && c.notices.empty() && !c.sample_now &&
+           c.cv.wait_until(l, next_wake(c, next_scan, next_sample)) == std::cv_status::no_timeout) {
     }
     if (c.stop) break;
+    // What job_submit/planc told: the market looks at those jobs, and a
+    // guaranteed submission is sampled now (infusion gives GPUs back at
+    // submission, not at the next sample); at most every kMinSampleGap.
+    std::vector<uint32_t> notices;
+    notices.swap(c.notices);
+    const bool asked = c.sample_now || !notices.empty();
+    c.sample_now = false;
     l.unlock();
     try {
       const bool reloaded = reload(c, &watch);
@@ -128,17 +152,25 @@ void worker(Controller* cp, planc::ConfigWatch watch) {
       if (reloaded)
         next_scan =
             std::min(next_scan, now + std::chrono::seconds(cfg.starvation_interval_seconds));
-      if (now >= next_sample) {
-        next_sample = now + std::chrono::seconds(kSpotSampleSeconds);
+      if (asked) next_sample = std::min(next_sample, last_sample + kMinSampleGap);
+      const bool drain_due = infusion_next_kill(c) && *infusion_next_kill(c) <= time(nullptr);
+      if (now >= next_sample || drain_due) {
+        if (now >= next_sample) {
+          next_sample = now + std::chrono::seconds(kSpotSampleSeconds);
+          last_sample = now;
+        }
         journal_tick(c, &hook_warned);
         planc::PoolUsage pool;
         planc::slurm::InfusionJobs infusion_jobs;
-        std::string text = spot_sample(c, &gpu_pos, written, &pool, &infusion_jobs);
+        std::vector<uint32_t> market_ids;
+        std::string text = spot_sample(c, &gpu_pos, written, &pool, &infusion_jobs, &market_ids);
         if (pool.pool_gpus)
           idle.observe(1.0 - static_cast<double>(pool.allocated_total()) /
                                  static_cast<double>(pool.pool_gpus));
         infusion_tick(c, cfg, pool, infusion_jobs, reloaded_since_sample);
-        market_tick(c, cfg, pool, reloaded_since_sample, gpu_pos);
+        market_ids.insert(market_ids.end(), notices.begin(), notices.end());
+        notices.clear();
+        market_tick(c, cfg, pool, reloaded_since_sample, gpu_pos, std::move(market_ids));
         reloaded_since_sample = false;
         write_metrics(c, pool, idle, watch);
         if (!text.empty()) {
@@ -156,6 +188,14 @@ void worker(Controller* cp, planc::ConfigWatch watch) {
       error("%s: worker: %s", plugin_type, e.what());
     }
     l.lock();
+    // Told between two samples but not sampled yet (the gap): kept.
+    c.notices.insert(c.notices.end(), notices.begin(), notices.end());
+    if (!notices.empty()) {
+      // Wait for the gap, not for a wake-up that already came.
+      l.unlock();
+      std::this_thread::sleep_until(last_sample + kMinSampleGap);
+      l.lock();
+    }
   }
 }
 
@@ -193,6 +233,42 @@ PLANC_EXPORT int planc_market_floor_v1(const char* gpu_type, int64_t* floor, int
     return 1;
   } catch (...) {
     return 0;
+  }
+}
+
+PLANC_EXPORT void planc_market_notice_v1(uint32_t job_id) {
+  Controller* cp = planc::ctld::controller();
+  if (!cp || !cp->running.load()) return;
+  {
+    planc::MutexLock l(cp->mu);
+    cp->notices.push_back(job_id);
+  }
+  cp->cv.notify_one();
+}
+
+PLANC_EXPORT void planc_sample_now_v1(void) {
+  Controller* cp = planc::ctld::controller();
+  if (!cp || !cp->running.load()) return;
+  {
+    planc::MutexLock l(cp->mu);
+    cp->sample_now = true;
+  }
+  cp->cv.notify_one();
+}
+
+PLANC_EXPORT int planc_reclaiming_for_v1(uint32_t job_id) {
+  Controller* cp = planc::ctld::controller();
+  if (!cp || !cp->any_reclaim.load(std::memory_order_relaxed)) return 0;
+  return planc::ctld::reclaiming_for(*cp, job_id, time(nullptr)) ? 1 : 0;
+}
+
+PLANC_EXPORT void planc_market_run_end_v1(void* record) {
+  Controller* cp = planc::ctld::controller();
+  if (!cp || !record) return;
+  try {
+    planc::ctld::market_on_run_end(*cp, static_cast<job_record_t*>(record));
+  } catch (const std::exception& e) {
+    error("%s: market: run end: %s", plugin_type, e.what());
   }
 }
 

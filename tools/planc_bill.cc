@@ -653,8 +653,8 @@ int cmd_market_history(planc::BillStore& store, const Options& o) {
   std::string sql =
       "SELECT to_char(round_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), gpu_type, "
       "capacity_gpus::text, coalesce(to_char(vacancy_permille / 10.0, 'FM990.0') || '%', ''), " +
-      price_sql("floor_micros") + ", " + price_sql("list_micros") + ", " +
-      price_sql("clearing_micros") +
+      price_sql("floor_micros") + ", " + price_sql("list_micros") + ", " + "coalesce(" +
+      price_sql("clearing_micros") + ", 'none')" +
       ", bids::text, winners::text FROM planc.market_round"
       " WHERE round_at >= to_timestamp($1::bigint) AND round_at <= to_timestamp($2::bigint)"
       " ORDER BY round_at DESC, gpu_type";

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/file_system.h"
 #include "common/spot_cap.h"
 #include "tools/run_command.h"
 
@@ -38,13 +39,43 @@ int usage() {
   return 2;
 }
 
-// Each pool's account and user may use its tier's QoS, as slurmdbd says
-// (the association's QOS list).  Returns false when one may not; an
-// unreachable slurmdbd is a warning (not checked), not an error.
-bool check_pool_entitlements(const char* file, const planc::PlancConfig& cfg) {
+// slurmctld's SlurmUser, from `scontrol show config` ("SlurmUser = slurm(64030)"),
+// "" when slurmctld cannot be asked.
+std::string slurm_user() {
+  std::string why;
+  auto out = planc::tools::run_command({"scontrol", "show", "config"}, &why);
+  if (!out) return "";
+  std::istringstream in(*out);
+  for (std::string l; std::getline(in, l);) {
+    if (l.rfind("SlurmUser ", 0) != 0) continue;
+    const size_t eq = l.find("= ");
+    if (eq == std::string::npos) return "";
+    std::string v = l.substr(eq + 2);
+    return v.substr(0, v.find('('));
+  }
+  return "";
+}
+
+// Each pool runs as a user that is neither root nor slurmctld's SlurmUser,
+// from a script only root may change, and its account and user may use its
+// tier's QoS, as slurmdbd says (the association's QOS list).  Returns false
+// when one may not; an unreachable slurmdbd is a warning (not checked),
+// not an error.
+bool check_pools(const char* file, const planc::PlancConfig& cfg) {
   bool ok = true;
+  const std::string slurm = cfg.infusion.pools.empty() ? std::string() : slurm_user();
   for (const planc::PoolConfig& p : cfg.infusion.pools) {
     const planc::Tier& t = cfg.tiers.tier(p.tier);
+    if (auto refused = planc::pool_user_refusal(p, slurm)) {
+      std::fprintf(stderr, "planc-conf: %s:%zu: %s\n", file, p.line, refused->c_str());
+      ok = false;
+    }
+    std::string script;
+    if (auto bad = planc::read_trusted_script(p.script, &script)) {
+      std::fprintf(stderr, "planc-conf: %s:%zu: pool '%s': %s\n", file, p.line, p.name.c_str(),
+                   bad->c_str());
+      ok = false;
+    }
     std::string why;
     auto out = planc::tools::run_command({"sacctmgr", "-n", "-P", "show", "association", "where",
                                           "account=" + p.account, "user=" + p.user, "format=QOS"},
@@ -142,7 +173,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "check") {
-    if (!check_pool_entitlements(argv[2], cfg)) return 1;
+    if (!check_pools(argv[2], cfg)) return 1;
     std::printf("%s: OK\n", argv[2]);
     std::printf("%-4s %-16s %-9s %-5s %-11s %-6s %-9s %s\n", "TIER", "QOS", "PRIORITY", "GRACE",
                 "PREEMPTIBLE", "PRICE", "PREEMPTS", "ALIASES");

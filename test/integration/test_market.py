@@ -9,6 +9,7 @@ job preempted by a P0 job back in p1-guaranteed."""
 import json
 import os
 import re
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -141,6 +142,36 @@ def admin_comment(c, jobid):
     return m.group(1) if m else ""
 
 
+def matched(price, round_at, run=0, gpus=8, nodes=1, gpu_type="any", bid="15.00",
+            account="acct-spot", partition="gpu"):
+    """A winner's market life, as its AdminComment says it (common/market_life.h)."""
+    start_by = (datetime.fromisoformat(round_at.replace("Z", "+00:00")) +
+                timedelta(seconds=round_interval(round_at))).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (f"[planc:market] matched price={price} currency=CNY round={round_at} "
+            f"start-by={start_by} run={run} gpus={gpus} nodes={nodes} type={gpu_type} "
+            f"account={account} partition={partition} bid={bid}")
+
+
+# The market's interval of the test running now (matched() computes a
+# winner's start-by from it).
+_INTERVAL = {"seconds": 900}
+
+
+def round_interval(_at):
+    return _INTERVAL["seconds"]
+
+
+def life_field(comment, key):
+    """One key=value of the market's mark in an AdminComment."""
+    m = re.search(r"\[planc:market\] (\w+)((?: [\w-]+=\S*)*)", comment)
+    if not m:
+        return None
+    if key == "state":
+        return m.group(1)
+    f = dict(w.split("=", 1) for w in m.group(2).split())
+    return f.get(key)
+
+
 def test_three_bids_for_room_for_two(market):
     """15, 12 and 9 per card-hour for 8 GPUs each, with 16 GPUs offered
     (two P0 jobs hold the other 16): 15 and 12 run at 9.00, the highest
@@ -152,6 +183,7 @@ def test_three_bids_for_room_for_two(market):
     # Rounds every 20 s (the three bids land in one); floor 5 x the curve,
     # never under 30% of list: 6.00.
     c.reload_planc_conf(["Market=yes", "MarketInterval=20s", "CardHourPriceFloor=5"])
+    _INTERVAL["seconds"] = 20
     p0 = []
     for _ in range(2):
         j, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--gres=gpu:8", "--wrap", "sleep 600",
@@ -170,18 +202,20 @@ def test_three_bids_for_room_for_two(market):
         bids[price] = j
     for j in bids.values():
         # Held from submission (Slurm calls a hold set at submission the
-        # owner's); a bid that loses is held by the administrator.
+        # owner's; the market's life says whose it is).
         assert c.squeue_field(j, "%r") in ("JobHeldUser", "JobHeldAdmin")
-        assert admin_comment(c, j).startswith("[planc:market] bid "), admin_comment(c, j)
+    for price, j in bids.items():
+        assert admin_comment(c, j).startswith(
+            f"[planc:market] waiting bid={price}.00 currency=CNY reason=new since="), \
+            admin_comment(c, j)
     round_ = next_round(c, last)
     c.wait_for("15 and 12 to run", lambda: all(c.state(bids[p]) == "RUNNING" for p in (15, 12)),
                timeout=60)
     for price in (15, 12):
-        assert admin_comment(c, bids[price]) == (
-            f"[planc:market] bid {price}.00 CNY/card-hour; matched at 9.00 CNY/card-hour in the "
-            f"round at {round_['MarketLastRound']}"), admin_comment(c, bids[price])
+        assert admin_comment(c, bids[price]) == matched(
+            "9.00", round_["MarketLastRound"], bid=f"{price}.00"), admin_comment(c, bids[price])
     assert c.state(bids[9]) == "PENDING"
-    assert c.squeue_field(bids[9], "%r") == "JobHeldAdmin"
+    assert c.squeue_field(bids[9], "%r") in ("JobHeldUser", "JobHeldAdmin")
     out = c.run(BILL_TOOL, "market", user="pcbob", check=True).stdout
     assert (f"Last clearing: 9.00 CNY/card-hour at {round_['MarketLastRound']}, 2 of 3 bid(s) "
             "matched\n") in out, out
@@ -190,13 +224,14 @@ def test_three_bids_for_room_for_two(market):
     assert sorted(line[15:].split(":")[0] for line in mine) == sorted(
         [f"{bids[15]} R", f"{bids[12]} R", f"{bids[9]} PD"]), out
     assert (f" {bids[15]} R: bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in the round "
-            f"at {round_['MarketLastRound']}\n") in out, out
-    assert f" {bids[9]} PD: bid 9.00 CNY/card-hour; not matched (no room; " in out, out
+            f"at {round_['MarketLastRound']} for its run 0 (starts by ") in out, out
+    assert (f" {bids[9]} PD: bid 9.00 CNY/card-hour; not matched in the last round: outbid "
+            "(rounds every 20 s)\n") in out, out
     other = c.run(BILL_TOOL, "market", user="pcalice", check=True).stdout
     assert "Your P2 jobs:  none in the market\n" in other, other
-    loser = ("[planc:market] bid 9.00 CNY/card-hour; not matched (no room; the last round "
-             "cleared at 9.00); rounds every 20 s (planc-bill market shows the next)")
-    assert admin_comment(c, bids[9]) == loser, admin_comment(c, bids[9])
+    loser = admin_comment(c, bids[9])
+    assert re.fullmatch(r"\[planc:market\] waiting bid=9\.00 currency=CNY reason=outbid "
+                        r"since=\S+Z", loser), loser
     # The next round, nothing changed: 9 is not updated (its mark says the
     # same), and says so in the log: one line per round.
     settled = next_round(c, round_["MarketLastRound"])  # the winners' jobs updated by now
@@ -207,7 +242,7 @@ def test_three_bids_for_room_for_two(market):
     # 8 GPUs free up: the next round takes 9, alone: the floor.
     c.run("scancel", p0[0], check=True)
     c.wait_for("9 to run", lambda: c.state(bids[9]) == "RUNNING", timeout=90)
-    assert "; matched at 6.00 CNY/card-hour in the round at " in admin_comment(c, bids[9])
+    assert life_field(admin_comment(c, bids[9]), "price") == "6.00", admin_comment(c, bids[9])
     # 9 runs a few seconds before the cancel (squeue's TIME, %M, moving on):
     # a run cancelled in the second it started has no length, and the
     # expected interruption below counts runs that lasted.
@@ -258,7 +293,7 @@ def check_round_records(c, at, bids):
     assert sorted(got) == sorted([
         [bids[15], "pcbob", "acct-spot", "15000000", "8", "won", "9000000"],
         [bids[12], "pcbob", "acct-spot", "12000000", "8", "won", "9000000"],
-        [bids[9], "pcbob", "acct-spot", "9000000", "8", "no room", "0"]]), got
+        [bids[9], "pcbob", "acct-spot", "9000000", "8", "outbid", "0"]]), got
     # The later round that took 9 alone, at the floor.
     won9 = psql(c, "SELECT r.clearing_micros, b.pays_micros FROM planc.market_bid b "
                 "JOIN planc.market_round r USING (cluster, round_at, gpu_type) "
@@ -279,7 +314,7 @@ def check_round_records(c, at, bids):
                         if b["Round"] == at)
     assert round_bids == sorted([(int(bids[15]), 15.00, "won", 9.00),
                                  (int(bids[12]), 12.00, "won", 9.00),
-                                 (int(bids[9]), 9.00, "no room", 0.00)]), own
+                                 (int(bids[9]), 9.00, "outbid", 0.00)]), own
     other = json.loads(c.run(BILL_TOOL, "market", "bids", "--format", "json", user="pcalice",
                              check=True).stdout)
     assert not [b for b in other if str(b["JobID"]) in bids.values()], other
@@ -292,8 +327,11 @@ def check_round_records(c, at, bids):
 def test_a_bid_is_not_released_by_its_owner(market):
     """A bid waits, held, for the round it wins.  Its owner's `scontrol
     release` is refused (it would run outside every round, at the fixed P2
-    price) and slurmctld's log says why; an operator's release is not."""
+    price) and slurmctld's log says why; its owner's own hold, though, is
+    theirs to release.  An operator's release is Slurm's power: the job
+    runs outside the rounds and pays the floor, and the log says who."""
     import pwd
+    from test_billing import psql
     c = market
     c.cancel_all()
     # No round during the test: the first comes 10 min after the reload.
@@ -310,14 +348,38 @@ def test_a_bid_is_not_released_by_its_owner(market):
                                      "slurm_suspend error: Access/permission denied"], r.stderr
     assert c.state(j) == "PENDING" and c.squeue_field(j, "%r") == "JobHeldUser"
     uid = pwd.getpwnam("pcbob").pw_uid
-    assert (f"job_submit/planc: release of JobId={j} by uid {uid} refused: JobId={j} bids in the "
-            "P2 market: the round it wins releases it (rounds every 10 min, the next at :00, :10, "
-            ":20, :30, :40 or :50 UTC); it cannot be released by hand.  To run it outside the "
-            "market, cancel it and submit it to another tier") in c.log_since(offset)
-    # An operator (root here) may.
-    c.run("scontrol", "release", j, check=True)
-    c.wait_for("the job to be released", lambda: c.squeue_field(j, "%r") not in (
-        "JobHeldUser", "JobHeldAdmin"), timeout=30)
+    assert (f"job_submit/planc: update of JobId={j} by uid {uid} refused: JobId={j} bids in the "
+            "P2 market: the round it wins releases it (rounds every 10 min); it cannot be "
+            "released by hand.  To run it outside the market, cancel it and submit it to another "
+            "tier") in c.log_since(offset)
+    # Its owner holds it (out of the rounds), then releases that hold: the
+    # market's stays.
+    c.run("scontrol", "hold", j, user="pcbob", check=True)
+    assert life_field(admin_comment(c, j), "hold") == "owner", admin_comment(c, j)
+    c.run("scontrol", "release", j, user="pcbob", check=True)
+    assert life_field(admin_comment(c, j), "hold") is None, admin_comment(c, j)
+    assert c.state(j) == "PENDING"
+    # An operator (pcops, AdminLevel=Operator) may: it starts outside the
+    # rounds, at the floor when it starts.
+    floor = market_config(c)["MarketFloor"].split(",")[0].split("=")[1]
+    ops = pwd.getpwnam("pcops").pw_uid
+    c.run("scontrol", "release", j, user="pcops", check=True)
+    c.wait_for("the job to run", lambda: c.state(j) == "RUNNING", timeout=30)
+    log = c.log_since(offset)
+    assert (f"job_submit/planc: market: JobId={j} bid in the P2 market and was released by an "
+            "operator: its next run starts outside the rounds, billed at the floor when it starts "
+            f"(uid {ops}'s update)") in log, log
+    assert f"slurmctld/planc: market: JobId={j} started outside the rounds (operator): billed at " \
+        "the floor " in log, log
+    comment = admin_comment(c, j)
+    assert life_field(comment, "state") == "outside" and life_field(comment, "run") == "0", comment
+    assert life_field(comment, "price") == floor, (comment, floor)
+    c.wait_for("2 s of run", lambda: c.squeue_field(j, "%M") not in ("0:00", "0:01"), timeout=30)
+    c.run("scancel", j, check=True)
+    rows = c.wait_for("its bill", lambda: psql(
+        c, "SELECT card_hour_price, note FROM planc.bill WHERE job_id = :'p0'", j), timeout=60)
+    assert rows[0][0] == f"{float(floor):.6f}", rows
+    assert "P2 market: cards at the floor " in rows[0][1], rows
     c.cancel_all()
 
 
@@ -385,10 +447,9 @@ def test_a_locked_price_is_billed_after_the_floor_moved(market):
                         "--begin=now+40", "--wrap", "sleep 2", user="pcbob")
     assert jobid, p.stderr
     assert ("sbatch: P2 spot market: price locked at 10.00 CNY/card-hour (the floor now) for its "
-            "runs from ") in p.stderr, p.stderr
+            "run from ") in p.stderr, p.stderr
     assert admin_comment(c, jobid).startswith(
-        "[planc:market] locked at 10.00 CNY/card-hour, the floor when booked at "), \
-        admin_comment(c, jobid)
+        "[planc:market] locked price=10.00 currency=CNY booked="), admin_comment(c, jobid)
     assert c.squeue_field(jobid, "%r") == "BeginTime"  # not held: it waits for its --begin
     c.run("scancel", *fill, check=True)
     c.wait_for("the floor to fall", lambda: floor_now(c) == "default=8.00,h800=8.00 CNY/card-hour",
@@ -455,6 +516,7 @@ def typed_market():
     # vacancy (a flat curve); rounds every 10 s.
     c.reload_planc_conf(["Market=yes", "MarketInterval=10s", "CardHourPrice=h800:20.00,a100:12.00",
                          "MarketFloorCurve=0:1.0,1:1.0"])
+    _INTERVAL["seconds"] = 10
     yield c
     c.cancel_all()
     stop_cluster(c)
@@ -483,16 +545,13 @@ def test_one_market_per_gpu_type(typed_market):
     c.wait_for("18 and 11 to run", lambda: all(c.state(bids[p]) == "RUNNING" for p in (18, 11)),
                timeout=60)
     assert c.squeue_field(bids[18], "%N") == "gpu1" and c.squeue_field(bids[11], "%N") == "gpu2"
-    assert admin_comment(c, bids[18]) == (
-        f"[planc:market] bid 18.00 CNY/card-hour; matched at 16.00 CNY/card-hour in the round at "
-        f"{at}"), admin_comment(c, bids[18])
-    assert admin_comment(c, bids[11]) == (
-        f"[planc:market] bid 11.00 CNY/card-hour; matched at 10.00 CNY/card-hour in the round at "
-        f"{at}"), admin_comment(c, bids[11])
+    _INTERVAL["seconds"] = 10
+    assert admin_comment(c, bids[18]) == matched("16.00", at, gpu_type="h800", bid="18.00",
+                                                 partition="gpu"), admin_comment(c, bids[18])
+    assert admin_comment(c, bids[11]) == matched("10.00", at, gpu_type="a100", bid="11.00"), \
+        admin_comment(c, bids[11])
     assert c.state(bids[16]) == "PENDING"
-    assert admin_comment(c, bids[16]).startswith(
-        "[planc:market] bid 16.00 CNY/card-hour; not matched (no room; the last round cleared at "
-        "16.00)"), admin_comment(c, bids[16])
+    assert life_field(admin_comment(c, bids[16]), "reason") == "outbid", admin_comment(c, bids[16])
     assert market_config(c)["MarketLastClearing"] == (
         f"a100 10.00 CNY/card-hour at {at}, 1 of 1 bid(s) matched; h800 16.00 CNY/card-hour at "
         f"{at}, 1 of 2 bid(s) matched"), market_config(c)
@@ -519,26 +578,27 @@ def test_a_matched_job_preempted_and_requeued_bids_again(typed_market):
     assert j, p.stderr
     first = next_round(c, last)["MarketLastRound"]
     c.wait_for("the bid to run", lambda: c.state(j) == "RUNNING", timeout=60)
-    assert admin_comment(c, j) == (
-        f"[planc:market] bid 15.00 CNY/card-hour; matched at 10.00 CNY/card-hour in the round at "
-        f"{first}"), admin_comment(c, j)
+    _INTERVAL["seconds"] = 10
+    assert admin_comment(c, j) == matched("10.00", first, gpu_type="h800"), admin_comment(c, j)
     offset = c.log_offset()
     p0, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--gres=gpu:h800:8", "--wrap",
                      "sleep 600", user="pcalice")
     assert p0, p.stderr
     c.wait_for("the P0 job to run", lambda: c.state(p0) == "RUNNING", timeout=90)
     c.wait_for("the requeued bid held for the next round", lambda: admin_comment(c, j).startswith(
-        "[planc:market] bid 15.00 CNY/card-hour; waiting for the round at "), timeout=30)
+        "[planc:market] waiting bid=15.00 currency=CNY reason=requeued since="), timeout=30)
     assert c.state(j) == "PENDING" and c.squeue_field(j, "%r") == "JobHeldAdmin"
-    assert (f"preempt/planc: JobId={j}: preempted after its market match: requeued and held for "
-            "the next round (it bids again)") in c.log_since(offset)
-    # The H800 node is the P0 job's: the rounds find no room for it.
+    assert (f"slurmctld/planc: market: JobId={j} requeued: held, it bids again (a win or a lock "
+            "covers one run)") in c.log_since(offset)
+    # The H800 node is the P0 job's: guaranteed work holds every H800, so
+    # the bid is too large for what P2 can have there.
     r = next_round(c, next_round(c, None)["MarketLastRound"])
     assert c.state(j) == "PENDING"
-    assert "not matched (no room; " in admin_comment(c, j), admin_comment(c, j)
+    assert life_field(admin_comment(c, j), "reason") == "too-large", admin_comment(c, j)
     c.run("scancel", p0, check=True)
     c.wait_for("the bid to win a later round and run", lambda: c.state(j) == "RUNNING", timeout=90)
-    m = re.match(r"\[planc:market\] bid 15\.00 CNY/card-hour; matched at 10\.00 CNY/card-hour in "
-                 r"the round at (\S+)( \| |$)", admin_comment(c, j))
-    assert m and m.group(1) not in (first, r["MarketLastRound"]), admin_comment(c, j)
+    comment = admin_comment(c, j)
+    assert life_field(comment, "state") == "matched" and life_field(comment, "run") == "1", comment
+    assert life_field(comment, "price") == "10.00", comment
+    assert life_field(comment, "round") not in (first, r["MarketLastRound"]), comment
     c.cancel_all()

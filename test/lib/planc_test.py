@@ -254,7 +254,7 @@ class Cluster:
         that trap SIGTERM held their node 5 s).  A job requeued meanwhile
         (one that was in a preemption's grace) is cancelled on the next
         round."""
-        users = ("pcalice", "pcbob", "pccarol", "root")
+        users = ("pcalice", "pcbob", "pccarol", "pcpool", "pcops", "root")
 
         def cancelled():
             if self.run("squeue", "-h", "-o", "%i").stdout.strip() == "":

@@ -106,25 +106,41 @@ TEST(BillingTest, PriceTable) {
 TEST(BillingTest, AP2RunMatchedInTheMarketPaysItsMatchedPriceForCards) {
   PlancConfig cfg;
   Segment s = seg("p2-spot", 3600, {{"gpu", "h800", 8}}, 16, 65536);
-  s.admin_comment =
-      "[planc:market] bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in the round at "
-      "2026-12-01T01:20:00Z | admin: note";
+  const std::string matched =
+      "[planc:market] matched price=9.00 currency=CNY round=2026-12-01T01:15:00Z "
+      "start-by=2026-12-01T01:30:00Z run=0 gpus=8 nodes=1 type=h800 account=acct-spot "
+      "partition=gpu bid=15.00";
+  s.admin_comment = matched + " | admin: note";
   Bill b = price_segment(cfg, s);
   // 8 cards x 1 h x 9.00 = 72.00, + (16 x 0.10 + 64 x 0.01) x 0.35 = 0.784
   EXPECT_EQ(b.amount_micros, 72'784'000);
   EXPECT_EQ(b.card_hour_price, 9'000'000);
   EXPECT_EQ(b.price_permille, 350u);
   EXPECT_NE(b.note.find("P2 market: cards at the matched 9.00 CNY/card-hour"), std::string::npos);
+  // A win covers the run it was won for: a later run (a requeue) is not
+  // billed at it.
+  s.segment = 1;
+  EXPECT_EQ(price_segment(cfg, s).card_hour_price, 20'000'000);
+  s.segment = 0;
+  // A run that started outside the rounds: the floor it started at.
+  s.admin_comment =
+      "[planc:market] outside price=12.00 currency=CNY started=2026-12-01T01:20:00Z run=0 "
+      "reason=operator bid=list";
+  b = price_segment(cfg, s);
+  EXPECT_EQ(b.card_hour_price, 12'000'000);
+  EXPECT_NE(b.note.find("P2 market: cards at the floor 12.00 CNY/card-hour (the run started "
+                        "outside the rounds)"),
+            std::string::npos);
   // Still waiting (no matched price), or another tier: list x the factor.
   s.admin_comment =
-      "[planc:market] bid 15.00 CNY/card-hour; waiting for the round at 2026-12-01T01:20:00Z";
+      "[planc:market] waiting bid=15.00 currency=CNY reason=new since=2026-12-01T01:14:00Z";
   EXPECT_EQ(price_segment(cfg, s).amount_micros, 56'784'000);
   s.qos = "p3-spot";
-  s.admin_comment = "[planc:market] bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in x";
+  s.admin_comment = matched;
   EXPECT_EQ(price_segment(cfg, s).card_hour_price, 20'000'000);
   // Preempted: free, as every preempted spot run.
   s = seg("p2-spot", 3600, {{"gpu", "h800", 8}}, 0, 0, "PREEMPTED");
-  s.admin_comment = "[planc:market] bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in x";
+  s.admin_comment = matched;
   EXPECT_EQ(price_segment(cfg, s).amount_micros, 0);
 }
 

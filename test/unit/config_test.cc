@@ -325,6 +325,18 @@ TEST(ConfigTest, InfusionPoolsAndSettings) {
       {"InfusionHysteresis=0.05",
        "f.conf:1: key 'InfusionHysteresis': 0.05 must be below InfusionIdleP1 (0.05): a pool "
        "that grew would shrink at once"},
+      {"Pool=p Tier=P1 Account=a User=root Script=/s",
+       "f.conf:1: key 'User': a pool's replicas may not run as root: give the platform's own "
+       "user, e.g. User=maas (useradd --system maas)"},
+      {"Pool=p Tier=P1 Account=a User=u Script=/s DrainGrace=31s",
+       "f.conf:1: key 'DrainGrace': pool 'p' drains its replicas for 31 s, but a P1 replica is "
+       "given back to guaranteed work that must start within 40 s (SlaStartSeconds): at most 30 "
+       "s"},
+      {"SlaStartSeconds=30\nPool=p Tier=P1 Account=a User=u Script=/s",
+       "f.conf:2: key 'DrainGrace': pool 'p' drains its replicas for 30 s, but a P1 replica is "
+       "given back to guaranteed work that must start within 30 s (SlaStartSeconds): at most 20 "
+       "s"},
+      {"MarketReserveAfter=8d", nullptr},
       {"InfusionCooldown=soon", nullptr},
       {"InfusionMaxPerHour=0", nullptr},
       {"InfusionWindow=0s", nullptr},
@@ -338,6 +350,23 @@ TEST(ConfigTest, InfusionPoolsAndSettings) {
     }
   }
   EXPECT_TRUE(parse_config(pool, "f.conf").ok());
+  // A P3 pool's drain grace is not the guaranteed work's business.
+  EXPECT_TRUE(
+      parse_config("Pool=p Tier=P3 Account=a User=u Script=/s DrainGrace=5min", "f.conf").ok());
+  auto reserve = parse_config("MarketReserveAfter=30min", "f.conf");
+  ASSERT_TRUE(reserve.ok());
+  EXPECT_EQ(reserve.value().market.reserve_after_seconds, 1800u);
+  EXPECT_EQ(PlancConfig{}.market.reserve_after_seconds, 3600u);
+  // slurmctld's own SlurmUser is refused where slurmctld knows it.
+  PoolConfig p;
+  p.name = "api";
+  p.user = "slurm";
+  p.line = 7;
+  EXPECT_EQ(*pool_user_refusal(p, "slurm"),
+            "pool 'api' (planc.conf line 7) runs its replicas as slurm, slurmctld's own "
+            "SlurmUser: a replica runs the pool's script with that user's rights; give the "
+            "platform's own user (User=maas)");
+  EXPECT_FALSE(pool_user_refusal(p, "root"));
 }
 
 TEST(ConfigTest, MissingFileIsAnError) {

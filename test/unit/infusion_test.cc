@@ -11,27 +11,27 @@ std::vector<ServingPool> pools(uint32_t p1, uint32_t p3) {
 
 TEST(InfusionTest, TheBandDecidesWhichPoolGrows) {
   InfusionController c{InfusionSettings{}};
-  auto d = c.decide(0, 2, 32, false, pools(0, 0));  // 6.2% idle
+  auto d = c.decide(0, 2, 32, {}, pools(0, 0));  // 6.2% idle
   EXPECT_EQ(d.action, InfusionAction::kGrow);
   EXPECT_EQ(d.pool, "maas-guaranteed");
   EXPECT_FALSE(d.market_round);
   EXPECT_EQ(d.reason, "idle 6.2% above 5.0%: grow the P1 pool (maas-guaranteed)");
   InfusionController c2{InfusionSettings{}};
-  d = c2.decide(0, 6, 32, false, pools(0, 0));  // 18.7%
+  d = c2.decide(0, 6, 32, {}, pools(0, 0));  // 18.7%
   EXPECT_EQ(d.pool, "maas-spot");
   InfusionController c3{InfusionSettings{}};
-  d = c3.decide(0, 12, 32, false, pools(0, 0));  // 37.5%: and a market round at once
+  d = c3.decide(0, 12, 32, {}, pools(0, 0));  // 37.5%: and a market round at once
   EXPECT_EQ(d.pool, "maas-spot");
   EXPECT_TRUE(d.market_round);
-  EXPECT_EQ(c3.decide(1, 12, 32, false, pools(1, 0)).market_round, false) << "once per crossing";
-  EXPECT_EQ(c3.decide(2, 8, 32, false, pools(1, 0)).market_round, false) << "25% < 30% - 2%";
-  EXPECT_TRUE(c3.decide(3, 12, 32, false, pools(1, 0)).market_round);
+  EXPECT_EQ(c3.decide(1, 12, 32, {}, pools(1, 0)).market_round, false) << "once per crossing";
+  EXPECT_EQ(c3.decide(2, 8, 32, {}, pools(1, 0)).market_round, false) << "25% < 30% - 2%";
+  EXPECT_TRUE(c3.decide(3, 12, 32, {}, pools(1, 0)).market_round);
   // Nothing idle enough, or no room for a replica: nothing.
   InfusionController c4{InfusionSettings{}};
-  EXPECT_EQ(c4.decide(0, 1, 32, false, pools(0, 0)).action, InfusionAction::kNone);
+  EXPECT_EQ(c4.decide(0, 1, 32, {}, pools(0, 0)).action, InfusionAction::kNone);
   auto big = pools(0, 0);
   big[0].gpus_per_replica = 4;
-  EXPECT_EQ(c4.decide(0, 3, 32, false, big).action, InfusionAction::kNone);
+  EXPECT_EQ(c4.decide(0, 3, 32, {}, big).action, InfusionAction::kNone);
 }
 
 TEST(InfusionTest, CooldownAndTheHourlyLimit) {
@@ -41,7 +41,7 @@ TEST(InfusionTest, CooldownAndTheHourlyLimit) {
   std::vector<time_t> ops;
   // Idle stays at 25%: it would grow every minute.
   for (; t < 3600; t += 60) {
-    auto d = c.decide(t, 8, 32, false, pools(p1, 0));
+    auto d = c.decide(t, 8, 32, {}, pools(p1, 0));
     if (d.action == InfusionAction::kNone) continue;
     c.done(t, d);
     ops.push_back(t);
@@ -50,11 +50,11 @@ TEST(InfusionTest, CooldownAndTheHourlyLimit) {
   for (size_t i = 1; i < ops.size(); i++) EXPECT_GE(ops[i] - ops[i - 1], 300);
   EXPECT_EQ(c.ops_last_hour(3599), 4u);
   EXPECT_EQ(c.next_allowed(3599), 3600);  // the first leaves the hour
-  auto held = c.decide(3599, 8, 32, false, pools(0, 4));
+  auto held = c.decide(3599, 8, 32, {}, pools(0, 4));
   EXPECT_EQ(held.action, InfusionAction::kNone);
   EXPECT_EQ(held.reason,
             "idle 25.0% above 15.0%: grow the P3 pool, held 1 s by the hourly limit (4 an hour)");
-  EXPECT_EQ(c.decide(3600, 8, 32, false, pools(0, 4)).action, InfusionAction::kGrow);
+  EXPECT_EQ(c.decide(3600, 8, 32, {}, pools(0, 4)).action, InfusionAction::kGrow);
 }
 
 TEST(InfusionTest, FlappingAroundAThresholdStaysWithinTheLimit) {
@@ -63,7 +63,7 @@ TEST(InfusionTest, FlappingAroundAThresholdStaysWithinTheLimit) {
   // Idle swings between 17% and 11% every 30 s for an hour.
   for (time_t t = 0; t < 3600; t += 30) {
     const uint32_t idle = (t / 30) % 2 ? 36 : 55;  // of 320: 11.2% / 17.2%
-    auto d = c.decide(t, idle, 320, false, pools(0, p3));
+    auto d = c.decide(t, idle, 320, {}, pools(0, p3));
     if (d.action == InfusionAction::kGrow) p3++;
     if (d.action == InfusionAction::kShrink) p3--;
     if (d.action != InfusionAction::kNone) ops++;
@@ -75,32 +75,42 @@ TEST(InfusionTest, FlappingAroundAThresholdStaysWithinTheLimit) {
 TEST(InfusionTest, HysteresisAndShrinking) {
   InfusionController c{InfusionSettings{}};
   // 14% idle: below 15% but not below 15% - 2%: the P3 pool keeps its replicas.
-  EXPECT_EQ(c.decide(0, 14, 100, false, pools(0, 3)).action, InfusionAction::kGrow)
+  EXPECT_EQ(c.decide(0, 14, 100, {}, pools(0, 3)).action, InfusionAction::kGrow)
       << "14% is above 5%: the P1 pool grows";
   InfusionController k{InfusionSettings{}};
   auto full_p1 = pools(8, 3);
-  EXPECT_EQ(k.decide(0, 14, 100, false, full_p1).action, InfusionAction::kNone);
-  auto d = k.decide(0, 12, 100, false, full_p1);
+  EXPECT_EQ(k.decide(0, 14, 100, {}, full_p1).action, InfusionAction::kNone);
+  auto d = k.decide(0, 12, 100, {}, full_p1);
   EXPECT_EQ(d.action, InfusionAction::kShrink);
   EXPECT_EQ(d.pool, "maas-spot");
   // Never below the minimum.
   auto at_min = pools(0, 2);
   at_min[1].min_replicas = 2;
-  EXPECT_EQ(k.decide(0, 0, 100, false, at_min).action, InfusionAction::kNone);
+  EXPECT_EQ(k.decide(0, 0, 100, {}, at_min).action, InfusionAction::kNone);
 }
 
 TEST(InfusionTest, GuaranteedWorkWaitingTakesP1BackAtOnce) {
   InfusionController c{InfusionSettings{}};
-  c.done(0, c.decide(0, 8, 32, false, pools(0, 0)));  // grew at 0: cooldown until 300
-  auto d = c.decide(10, 0, 32, true, pools(1, 0));
+  c.done(0, c.decide(0, 8, 32, {}, pools(0, 0)));  // grew at 0: cooldown until 300
+  auto d = c.decide(10, 0, 32, {true, true}, pools(1, 0));
   EXPECT_EQ(d.action, InfusionAction::kShrink);
   EXPECT_TRUE(d.reclaim);
   EXPECT_EQ(d.pool, "maas-guaranteed");
   c.done(10, d);
   EXPECT_EQ(c.ops_last_hour(10), 1u) << "a reclaim is not a scale operation";
-  // While guaranteed work waits, the P1 pool does not grow.
+  // While guaranteed work waits, no pool grows and none shrinks by the
+  // idle share, whatever is being freed for it (reclaim: false).
   InfusionController g{InfusionSettings{}};
-  EXPECT_EQ(g.decide(0, 3, 32, true, pools(0, 0)).action, InfusionAction::kNone);
+  EXPECT_EQ(g.decide(0, 3, 32, {true, false}, pools(0, 0)).action, InfusionAction::kNone);
+  EXPECT_EQ(g.decide(0, 12, 32, {true, false}, pools(0, 0)).action, InfusionAction::kNone)
+      << "not the P3 pool either";
+  auto d0 = g.decide(0, 0, 32, {true, false}, pools(2, 2));
+  EXPECT_EQ(d0.action, InfusionAction::kNone) << "0% idle: no voluntary shrink while it waits";
+  EXPECT_EQ(d0.reason, "idle 0.0%: guaranteed jobs wait; no pool grows or shrinks meanwhile");
+  // A reclaim takes a replica even from a pool at its minimum.
+  auto at_min = pools(2, 0);
+  at_min[0].min_replicas = 2;
+  EXPECT_EQ(g.decide(0, 0, 32, {true, true}, at_min).action, InfusionAction::kShrink);
 }
 
 }  // namespace
@@ -156,7 +166,7 @@ TEST(InfusedMarkTest, WrittenAndReadBack) {
 
 TEST(InfusionTest, NewSettingsKeepTheOperationsDone) {
   InfusionController c{InfusionSettings{}};
-  auto d = c.decide(0, 2, 32, false, pools(0, 0));
+  auto d = c.decide(0, 2, 32, {}, pools(0, 0));
   c.done(0, d);
   InfusionSettings s;
   s.cooldown_seconds = 10;
@@ -180,13 +190,13 @@ TEST(InfusionTest, FlappingIdleGivesAtMostFourOperationsAnHour) {
   std::vector<time_t> ops;
   for (time_t t = 0; t < 2 * 3600; t += 5) {
     const uint32_t idle = (t / 5) % 2 ? 3 : 1;  // 9.4% then 3.1% of 32
-    auto d = c.decide(t, idle, 32, false, p);
+    auto d = c.decide(t, idle, 32, {}, p);
     if (d.action == InfusionAction::kNone) continue;
     p[0].replicas += d.action == InfusionAction::kGrow ? 1 : -1;
     c.done(t, d);
     ops.push_back(t);
   }
-  ASSERT_GE(ops.size(), 8u);  // it did act: 4 an hour, both hours
+  ASSERT_GE(ops.size(), 4u);  // it did act
   for (size_t i = 0; i < ops.size(); i++) {
     if (i) EXPECT_GE(ops[i] - ops[i - 1], 300);
     size_t in_hour = 0;
@@ -209,7 +219,7 @@ TEST(InfusionTest, TheLimitsHourIsASettingForReplays) {
   std::vector<ServingPool> p = {{"api", TierId::kP1, 1, 0, 8, 0}};
   int ops = 0;
   for (time_t t = 0; t < 30; t += 5) {
-    auto d = c.decide(t, 16, 32, false, p);
+    auto d = c.decide(t, 16, 32, {}, p);
     if (d.action == InfusionAction::kNone) continue;
     p[0].replicas++;
     c.done(t, d);
@@ -217,7 +227,129 @@ TEST(InfusionTest, TheLimitsHourIsASettingForReplays) {
   }
   EXPECT_EQ(ops, 4);  // at 0, 5, 10, 15; then the limit
   EXPECT_EQ(c.next_allowed(25), 30);
-  EXPECT_EQ(c.decide(30, 16, 32, false, p).action, InfusionAction::kGrow);
+  EXPECT_EQ(c.decide(30, 16, 32, {}, p).action, InfusionAction::kGrow);
+}
+
+}  // namespace
+}  // namespace planc
+
+namespace planc {
+namespace {
+
+using W = GuaranteedWait;
+
+TEST(InfusionDemandTest, OnlyJobsThatGivingReplicasBackWouldLetStart) {
+  // 32 GPUs, the cap 25; P0/P1 hold 24, 16 of them infused P1 replicas.
+  const std::optional<uint64_t> cap = 25;
+  auto d = reclaimable_demand({{1, 8, W::kCapLimit},         // 24 - 16 + 8 <= 25: counts
+                               {2, 32, W::kCapLimit},        // larger than the cap: never
+                               {3, 8, W::kResources},        // counts
+                               {4, 8, W::kNotYet},           // just submitted: counts
+                               {5, 8, W::kUnavailableNode},  // -w a drained node: never
+                               {6, 8, W::kOtherLimit},       // a per-user limit: never
+                               {7, 8, W::kHeld},             // held
+                               {8, 8, W::kDependency},       // dependency
+                               {9, 8, W::kBeginTime},        // --begin
+                               {10, 30, W::kResources},      // larger than the cap
+                               {11, 0, W::kResources}},      // no GPU
+                              cap, 24, 16);
+  EXPECT_EQ(d.gpus, 24u);
+  EXPECT_EQ(d.jobs, (std::vector<uint32_t>{1, 3, 4}));
+  // The cap's wait only counts when the replicas' GPUs would bring it under.
+  EXPECT_EQ(reclaimable_demand({{1, 8, W::kCapLimit}}, cap, 24, 0).gpus, 0u);
+  // No cap (GuaranteedPartition unset): any size waiting for resources.
+  EXPECT_EQ(reclaimable_demand({{10, 30, W::kResources}}, std::nullopt, 0, 0).gpus, 30u);
+}
+
+TEST(InfusionVictimTest, NeverOneAlreadyEndingNewestFirst) {
+  std::vector<ReplicaView> r = {{10, "api", true, false},
+                                {11, "api", true, false},
+                                {12, "api", true, true},    // ending
+                                {13, "api", false, false},  // pending
+                                {14, "spot", true, false}};
+  EXPECT_EQ(shrink_victim(r, "api", true), 11u) << "reclaim: the newest running not ending";
+  EXPECT_EQ(shrink_victim(r, "api", false), 13u) << "shrink: pending first";
+  r[3].ending = true;
+  EXPECT_EQ(shrink_victim(r, "api", false), 11u);
+  r[0].ending = r[1].ending = true;
+  EXPECT_FALSE(shrink_victim(r, "api", true)) << "every running replica is ending already";
+  EXPECT_FALSE(shrink_victim(r, "none", false));
+  // A pool removed from planc.conf: its replicas are drained.
+  std::vector<ServingPool> pools = {{"api", TierId::kP1, 1, 0, 8, 2}};
+  EXPECT_EQ(orphan_replicas(r, pools), (std::vector<uint32_t>{14}));
+}
+
+TEST(InfusionTest, TheHysteresisIsAtLeastOneReplicasShare) {
+  // 8-GPU replicas on 32 GPUs: a replica is 25% of the pool.  At 0% idle a
+  // shrink would leave 25% idle, above 5%: the next grow would undo it.
+  InfusionController c{InfusionSettings{}};
+  std::vector<ServingPool> p = {{"api", TierId::kP1, 8, 0, 4, 3}};
+  EXPECT_EQ(c.decide(0, 0, 32, {}, p).action, InfusionAction::kNone);
+  // Grow and shrink on a swinging idle never alternate.
+  InfusionSettings s;
+  s.cooldown_seconds = 2;
+  s.max_ops_per_hour = 1000;
+  InfusionController fast{s};
+  p[0].replicas = 0;
+  uint32_t used = 8;  // an ordinary job holds 8 of 32
+  int grows = 0, shrinks = 0;
+  for (time_t t = 0; t < 600; t += 5) {
+    const uint32_t idle = 32 - used - 8 * p[0].replicas;
+    auto d = fast.decide(t, idle, 32, {}, p);
+    if (d.action == InfusionAction::kGrow) p[0].replicas++, grows++;
+    if (d.action == InfusionAction::kShrink) p[0].replicas--, shrinks++;
+    fast.done(t, d);
+  }
+  EXPECT_EQ(grows, 3);
+  EXPECT_EQ(shrinks, 0);
+}
+
+}  // namespace
+}  // namespace planc
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "common/file_system.h"
+#include "test/unit/temp_dir.h"
+
+namespace planc {
+namespace {
+
+// A pool's script: read only when root owns it (and its directory) and
+// nobody else may write either; never through a symbolic link.
+TEST(TrustedScriptTest, OnlyARootOwnedScriptNobodyElseCanWrite) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (chown)";
+  TempDir d;
+  ASSERT_EQ(chmod(d.path.c_str(), 0755), 0);
+  const std::string s = d.path + "/serve.sh";
+  std::ofstream(s) << "#!/bin/sh\nsleep 1\n";
+  ASSERT_EQ(chmod(s.c_str(), 0755), 0);
+  std::string text;
+  EXPECT_FALSE(read_trusted_script(s, &text));
+  EXPECT_EQ(text, "#!/bin/sh\nsleep 1\n");
+  const std::string fix = ": chown root " + s + " and chmod go-w it (and its directory)";
+  ASSERT_EQ(chmod(s.c_str(), 0775), 0);
+  EXPECT_EQ(*read_trusted_script(s, &text),
+            "Script=" + s + " is writable by group or others" + fix);
+  ASSERT_EQ(chmod(s.c_str(), 0755), 0);
+  ASSERT_EQ(chown(s.c_str(), 65534, 65534), 0);
+  EXPECT_EQ(
+      *read_trusted_script(s, &text),
+      "Script=" + s + " is owned by uid 65534, not root: slurmctld runs it for the pool" + fix);
+  ASSERT_EQ(chown(s.c_str(), 0, 0), 0);
+  const std::string link = d.path + "/link.sh";
+  ASSERT_EQ(symlink(s.c_str(), link.c_str()), 0);
+  EXPECT_EQ(*read_trusted_script(link, &text),
+            "Script=" + link + " is a symbolic link: give the script's own path: chown root " +
+                link + " and chmod go-w it (and its directory)");
+  ASSERT_EQ(chmod(d.path.c_str(), 0777), 0);
+  EXPECT_EQ(*read_trusted_script(s, &text),
+            "Script=" + s + ": its directory " + d.path +
+                " is writable by group or others, so others could replace the script" + fix);
+  EXPECT_TRUE(read_trusted_script(d.path + "/none.sh", &text));
 }
 
 }  // namespace

@@ -10,12 +10,18 @@ constexpr Micros U = kMicrosPerUnit;
 MarketRoundRecord three_bids() {
   // The integration test's round: 15, 12 and 9 for room for two 8-GPU
   // jobs; the third owner's name has a tab and a newline in it.
-  std::vector<MarketBid> bids = {{3, 8, 9 * U, std::nullopt, 1003},
-                                 {1, 8, 15 * U, std::nullopt, 1001},
-                                 {2, 8, 12 * U, std::nullopt, 1002}};
+  auto bid = [](uint32_t id, Micros price, time_t submitted) {
+    MarketBid b;
+    b.job_id = id;
+    b.gpus = 8;
+    b.bid = price;
+    b.submitted = submitted;
+    return b;
+  };
+  std::vector<MarketBid> bids = {bid(3, 9 * U, 1003), bid(1, 15 * U, 1001), bid(2, 12 * U, 1002)};
   std::vector<std::pair<std::string, std::string>> owners = {
       {"pcbob", "acct-spot"}, {"pcalice", "acct-lease"}, {"x\ty\nz", "acct\\odd"}};
-  MarketRound r = clear_market(bids, 16, 6 * U, 20 * U);
+  MarketRound r = clear_market(bids, 16, 32, 6 * U, 20 * U, 2000, 3600);
   return make_round_record(2000, 310, bids, owners, r);
 }
 
@@ -30,7 +36,7 @@ TEST(MarketRecordTest, TheRoundAsClearedWithItsOwners) {
   EXPECT_EQ(rec.list, 20 * U);
   EXPECT_EQ(rec.clearing, 9 * U);
   ASSERT_EQ(rec.bids.size(), 3u);
-  // In rank order: 15 and 12 won and pay the clearing price, 9 had no room.
+  // In rank order: 15 and 12 won and pay the clearing price, 9 was outbid.
   EXPECT_EQ(rec.bids[0].job_id, 1u);
   EXPECT_EQ(rec.bids[0].user, "pcalice");
   EXPECT_EQ(rec.bids[0].account, "acct-lease");
@@ -41,7 +47,7 @@ TEST(MarketRecordTest, TheRoundAsClearedWithItsOwners) {
   EXPECT_EQ(rec.bids[1].pays, 9 * U);
   EXPECT_EQ(rec.bids[2].job_id, 3u);
   EXPECT_EQ(rec.bids[2].user, "pcbob");
-  EXPECT_EQ(rec.bids[2].outcome, BidOutcome::kNoRoom);
+  EXPECT_EQ(rec.bids[2].outcome, BidOutcome::kOutbid);
   EXPECT_EQ(rec.bids[2].pays, 0);
 }
 

@@ -60,118 +60,6 @@ TEST(VacancyMeterTest, TimeWeightedOverTheInterval) {
   EXPECT_EQ(v.take(50), 500u);  // no time yet: the sample itself
 }
 
-MarketBid bid(uint32_t id, uint32_t gpus, std::optional<Micros> price, time_t t = 0) {
-  return MarketBid{id, gpus, price, std::nullopt, t};
-}
-
-TEST(MarketClearingTest, ThreeBidsForRoomForTwo) {
-  // 15, 12 and 9 per card-hour, 8 GPUs each, 16 GPUs offered, floor 6.
-  auto r =
-      clear_market({bid(3, 8, 9 * U), bid(1, 8, 15 * U), bid(2, 8, 12 * U)}, 16, 6 * U, 20 * U);
-  ASSERT_EQ(r.results.size(), 3u);
-  EXPECT_EQ(r.results[0].job_id, 1u);
-  EXPECT_EQ(r.results[0].outcome, BidOutcome::kWon);
-  EXPECT_EQ(r.results[1].job_id, 2u);
-  EXPECT_EQ(r.results[1].outcome, BidOutcome::kWon);
-  EXPECT_EQ(r.results[2].job_id, 3u);
-  EXPECT_EQ(r.results[2].outcome, BidOutcome::kNoRoom);
-  // Both winners pay the highest losing bid.
-  EXPECT_EQ(r.clearing, 9 * U);
-  EXPECT_EQ(r.results[0].pays, 9 * U);
-  EXPECT_EQ(r.results[1].pays, 9 * U);
-  EXPECT_EQ(r.allocated, 16u);
-  // Next round, room for the third: no loser, it pays the floor.
-  auto next = clear_market({bid(3, 8, 9 * U)}, 8, 6 * U, 20 * U);
-  EXPECT_EQ(next.results[0].outcome, BidOutcome::kWon);
-  EXPECT_EQ(next.results[0].pays, 6 * U);
-}
-
-TEST(MarketClearingTest, OwnBidNeverSetsThePrice) {
-  // Winner 1 raising its bid from 15 to 19 changes nothing it pays.
-  for (Micros own : {15 * U, 19 * U}) {
-    auto r = clear_market({bid(1, 8, own), bid(2, 8, 12 * U), bid(3, 8, 9 * U)}, 16, 6 * U, 20 * U);
-    EXPECT_EQ(r.results[0].pays, 9 * U);
-  }
-}
-
-TEST(MarketClearingTest, HighestFirstNoJumpingTiesBySubmission) {
-  // 8 GPUs left after the first; the 16-GPU bid does not fit and ends the
-  // round: the smaller, lower bid behind it does not jump it.
-  auto r =
-      clear_market({bid(1, 8, 15 * U), bid(2, 16, 12 * U), bid(3, 4, 10 * U)}, 16, 6 * U, 20 * U);
-  EXPECT_EQ(r.results[1].outcome, BidOutcome::kNoRoom);
-  EXPECT_EQ(r.results[2].outcome, BidOutcome::kOutbid);
-  EXPECT_EQ(r.clearing, 12 * U);
-  // Equal bids: the earlier submission first, then the lower job id.
-  auto t = clear_market({bid(7, 8, 10 * U, 200), bid(5, 8, 10 * U, 100), bid(6, 8, 10 * U, 100)}, 8,
-                        6 * U, 20 * U);
-  EXPECT_EQ(t.results[0].job_id, 5u);
-  EXPECT_EQ(t.results[0].outcome, BidOutcome::kWon);
-  EXPECT_EQ(t.results[1].job_id, 6u);
-  EXPECT_EQ(t.results[2].job_id, 7u);
-}
-
-TEST(MarketClearingTest, NoBidBelowFloorAndLockedPrices) {
-  MarketBid locked = bid(4, 8, std::nullopt);
-  locked.locked = 7 * U;
-  auto r = clear_market({bid(1, 8, std::nullopt), bid(2, 8, 5 * U), locked, bid(3, 8, 11 * U)}, 24,
-                        8 * U, 20 * U);
-  // No bid ranks at list; the bid below the floor waits, last.
-  EXPECT_EQ(r.results[0].ranked_at, 20 * U);
-  EXPECT_EQ(r.results.back().job_id, 2u);
-  EXPECT_EQ(r.results.back().outcome, BidOutcome::kBelowFloor);
-  // Everyone taking part won: the floor; the locked job pays its lock.
-  EXPECT_EQ(r.clearing, 8 * U);
-  for (const BidResult& b : r.results)
-    if (b.job_id == 4)
-      EXPECT_EQ(b.pays, 7 * U);
-    else if (b.outcome == BidOutcome::kWon)
-      EXPECT_EQ(b.pays, 8 * U);
-}
-
-TEST(MarketClearingTest, TheHeapAgreesWithAFullSort) {
-  // Random rounds: the winners (in rank order), the first loser and the
-  // price are those of ranking every bid and walking the list.
-  std::mt19937 rng(7);
-  for (int round = 0; round < 200; round++) {
-    std::vector<MarketBid> bids;
-    const int n = static_cast<int>(rng() % 60);
-    for (int i = 0; i < n; i++)
-      bids.push_back(bid(static_cast<uint32_t>(i + 1), 1u << (rng() % 4),
-                         rng() % 5 ? std::optional<Micros>((6 + rng() % 10) * U) : std::nullopt,
-                         static_cast<time_t>(rng() % 5)));
-    const uint32_t capacity = rng() % 64;
-    auto r = clear_market(bids, capacity, 8 * U, 20 * U);
-    std::vector<const MarketBid*> ranked;
-    for (const MarketBid& b : bids)
-      if (b.bid.value_or(20 * U) >= 8 * U) ranked.push_back(&b);
-    std::sort(ranked.begin(), ranked.end(), [](const MarketBid* a, const MarketBid* b) {
-      Micros pa = a->bid.value_or(20 * U), pb = b->bid.value_or(20 * U);
-      if (pa != pb) return pa > pb;
-      if (a->submitted != b->submitted) return a->submitted < b->submitted;
-      return a->job_id < b->job_id;
-    });
-    uint32_t left = capacity;
-    Micros clearing = 8 * U;
-    size_t i = 0;
-    for (; i < ranked.size(); i++) {
-      ASSERT_LT(i, r.results.size());
-      EXPECT_EQ(r.results[i].job_id, ranked[i]->job_id);
-      if (ranked[i]->gpus > left) {
-        EXPECT_EQ(r.results[i].outcome, BidOutcome::kNoRoom);
-        clearing = std::max(clearing, ranked[i]->bid.value_or(20 * U));
-        break;
-      }
-      EXPECT_EQ(r.results[i].outcome, BidOutcome::kWon);
-      left -= ranked[i]->gpus;
-    }
-    EXPECT_EQ(r.clearing, clearing);
-    EXPECT_EQ(r.results.size(), bids.size());
-    for (size_t k = i + 1; k < r.results.size(); k++)
-      EXPECT_NE(r.results[k].outcome, BidOutcome::kWon);
-  }
-}
-
 MarketRequest request(const std::string& tier) {
   MarketRequest r;
   r.tier = tier;
@@ -213,7 +101,38 @@ TEST(MarketRequestTest, EveryBadInputHasItsMessage) {
   EXPECT_EQ(check(r).error,
             "--lock-price: --begin is 30 h ahead; a price can be locked at most 24 h ahead: book "
             "nearer the start, or leave --lock-price out");
+  // --begin=now (or in the past, or before the next interval) would skip
+  // the round the job would otherwise wait for.
+  for (time_t begin : {now, now - 60, now + 899}) {
+    r.begin = begin;
+    EXPECT_EQ(check(r).error,
+              "--lock-price: --begin must be at least one market interval (15 min) ahead: a "
+              "booking locks the price for a later start; to run now, bid in the next round "
+              "(leave --lock-price out)");
+  }
+  r.begin = now + 900;
+  EXPECT_TRUE(check(r).ok);
   r.begin = now + 2 * 3600;
+  EXPECT_TRUE(check(r).ok);
+  // Bids are money: whole cents, and what the user typed is shown printable.
+  r = request("P2");
+  r.bid_text = "12.345";
+  EXPECT_EQ(check(r).error,
+            "--bid=12.345 has more than two decimals: prices are in whole cents of CNY, e.g. "
+            "--bid=12.34");
+  r.bid_text = "1\n2\x1b[31m";
+  EXPECT_EQ(check(r).error,
+            "--bid=1?2?[31m is not a price: give a card-hour price in CNY, e.g. --bid=12.50");
+  r.bid_text = std::string(100, '9');
+  EXPECT_EQ(check(r).error.substr(0, 47), "--bid=" + std::string(32, '9') + "... is no");
+  // Job arrays and heterogeneous jobs cannot bid while the market is open.
+  r = request("P2");
+  r.market_open = true;
+  r.array = true;
+  EXPECT_EQ(check(r).error,
+            "job arrays and heterogeneous jobs cannot bid in the P2 market (each needs a round of "
+            "its own): submit the tasks as separate jobs, or use another tier");
+  r.market_open = false;
   EXPECT_TRUE(check(r).ok);
   r = request("P0");
   r.spot_fallback = true;
@@ -355,67 +274,30 @@ TEST(MarketStatusTest, ClosedOrNoPlugin) {
 namespace planc {
 namespace {
 
-TEST(MarketMarkTest, WrittenAndReadBack) {
-  const time_t t = 1796088000;  // 2026-12-01T01:20:00Z
-  std::string w = market_mark_waiting(15 * U, "CNY", t);
-  EXPECT_EQ(
-      w, "[planc:market] bid 15.00 CNY/card-hour; waiting for the round at 2026-12-01T01:20:00Z");
-  EXPECT_EQ(read_market_mark(w)->bid, 15 * U);
-  EXPECT_FALSE(read_market_mark(w)->matched);
-  EXPECT_EQ(market_mark_waiting(std::nullopt, "CNY", t),
-            "[planc:market] no bid (the clearing price, at most list); waiting for the round at "
-            "2026-12-01T01:20:00Z");
-  EXPECT_FALSE(read_market_mark(market_mark_waiting(std::nullopt, "CNY", t))->bid);
-  auto r = clear_market({bid(1, 8, 15 * U), bid(2, 8, 12 * U), bid(3, 8, 9 * U), bid(4, 8, 5 * U)},
-                        16, 6 * U, 20 * U);
-  std::string won = market_mark_result(r.results[0], 15 * U, r, "CNY", t, 900);
-  EXPECT_EQ(won,
-            "[planc:market] bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in the round at "
-            "2026-12-01T01:20:00Z");
-  EXPECT_EQ(read_market_mark(won)->matched, 9 * U);
-  EXPECT_EQ(market_mark_result(r.results[2], 9 * U, r, "CNY", t, 900),
-            "[planc:market] bid 9.00 CNY/card-hour; not matched (no room; the last round cleared "
-            "at 9.00); rounds every 15 min, the next at :00, :15, :30 or :45 UTC");
-  // The same outcome in a later round: the same text (no update needed).
-  EXPECT_EQ(market_mark_result(r.results[2], 9 * U, r, "CNY", t + 900, 900),
-            market_mark_result(r.results[2], 9 * U, r, "CNY", t, 900));
-  EXPECT_EQ(market_mark_result(r.results[3], 5 * U, r, "CNY", t, 20),
-            "[planc:market] bid 5.00 CNY/card-hour; below the floor 6.00; rounds every 20 s "
-            "(planc-bill market shows the next)");
-  EXPECT_EQ(round_cadence(1800), "rounds every 30 min, the next at :00 or :30 UTC");
-  EXPECT_EQ(round_cadence(3600), "rounds every 1 h (planc-bill market shows the next)");
-  // Replaced in place; other text kept.
-  EXPECT_EQ(with_market_mark("", w), w);
-  EXPECT_EQ(with_market_mark(w + " | admin: vip", won), won + " | admin: vip");
-  EXPECT_EQ(with_market_mark("admin: vip | " + w, won), "admin: vip | " + won);
-  EXPECT_FALSE(read_market_mark("admin: vip"));
-  // A locked booking: its price read back, no bid, not matched.
-  std::string locked = market_mark_locked(10 * U, "CNY", t);
-  EXPECT_EQ(locked,
-            "[planc:market] locked at 10.00 CNY/card-hour, the floor when booked at "
-            "2026-12-01T01:20:00Z; no round: it runs from its --begin time");
-  EXPECT_EQ(read_market_mark(locked)->locked, 10 * U);
-  EXPECT_FALSE(read_market_mark(locked)->bid);
-  EXPECT_FALSE(read_market_mark(locked)->matched);
-  EXPECT_FALSE(read_market_mark(won)->locked);
-}
-
 TEST(MarketStatusTest, OwnJobsFromSqueuesFixedWidths) {
   auto pad = [](std::string v, size_t w) { return v + std::string(w - v.size(), ' '); };
+  const std::string matched =
+      "[planc:market] matched price=9.00 currency=CNY round=2026-12-01T01:15:00Z "
+      "start-by=2026-12-01T01:30:00Z run=0 gpus=8 nodes=1 type=h800 account=acct-spot "
+      "partition=gpu bid=15.00";
   const std::string out =
-      pad("1234", 20) + pad("R", 4) +
-      "[planc:market] bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in the round at T\n" +
-      pad("1235", 20) + pad("PD", 4) + "admin: vip | [planc:market] bid 9.00 CNY/card-hour; x\n" +
+      pad("1234", 20) + pad("R", 4) + matched + "\n" + pad("1235", 20) + pad("PD", 4) +
+      "admin: vip | [planc:market] waiting bid=9.00 currency=CNY reason=outbid "
+      "since=2026-12-01T01:15:00Z\n" +
       pad("1236", 20) + pad("PD", 4) + "[planc:fallback] a preempted run comes back in P1\n" +
-      pad("1237", 20) + pad("PD", 4) + "\n";
+      pad("1237", 20) + pad("PD", 4) + "[planc:market] waiting bid=9.00 torn\n" + pad("1238", 20) +
+      pad("PD", 4) + "\n";
   auto jobs = parse_own_market_jobs(out);
   ASSERT_EQ(jobs.size(), 2u);
   EXPECT_EQ(jobs[0].job_id, "1234");
   EXPECT_EQ(jobs[0].state, "R");
-  EXPECT_EQ(jobs[0].mark,
-            "bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in the round at T");
+  EXPECT_EQ(jobs[0].life.state, MarketState::kMatched);
+  EXPECT_EQ(describe_life(jobs[0].life, "CNY", 900),
+            "bid 15.00 CNY/card-hour; matched at 9.00 CNY/card-hour in the round at "
+            "2026-12-01T01:15:00Z for its run 0 (starts by 2026-12-01T01:30:00Z)");
   EXPECT_EQ(jobs[1].job_id, "1235");
-  EXPECT_EQ(jobs[1].mark, "bid 9.00 CNY/card-hour; x");
+  EXPECT_EQ(describe_life(jobs[1].life, "CNY", 900),
+            "bid 9.00 CNY/card-hour; not matched in the last round: outbid (rounds every 15 min)");
 }
 
 TEST(MarketRequestTest, ABidAndALockTogetherAreRefused) {
@@ -428,121 +310,9 @@ TEST(MarketRequestTest, ABidAndALockTogetherAreRefused) {
             "takes part in no round; give one of them");
 }
 
-TEST(MarketReleaseTest, ABidNotMatchedYetIsNotReleasedByHand) {
-  const std::string waiting = market_mark_waiting(15 * U, "CNY", 1000);
-  auto why = market_release_refusal(waiting, 42, 900);
-  ASSERT_TRUE(why.has_value());
-  EXPECT_EQ(*why,
-            "JobId=42 bids in the P2 market: the round it wins releases it (rounds every 15 min, "
-            "the next at :00, :15, :30 or :45 UTC); it cannot be released by hand.  To run it "
-            "outside the market, cancel it and submit it to another tier");
-  // The same job after a lost round (its mark says so): still refused.
-  MarketRound r = clear_market({bid(42, 8, 9 * U)}, 0, 6 * U, 20 * U);
-  std::string lost = market_mark_result(r.results[0], 9 * U, r, "CNY", 1000, 900);
-  EXPECT_TRUE(market_release_refusal(lost, 42, 900).has_value()) << lost;
-  // Matched, a locked booking, or no market mark: not the market's hold.
-  MarketRound won = clear_market({bid(42, 8, 9 * U)}, 8, 6 * U, 20 * U);
-  EXPECT_FALSE(market_release_refusal(
-                   market_mark_result(won.results[0], 9 * U, won, "CNY", 1000, 900), 42, 900)
-                   .has_value());
-  EXPECT_FALSE(
-      market_release_refusal(market_mark_locked(10 * U, "CNY", 1000), 42, 900).has_value());
-  EXPECT_FALSE(market_release_refusal("held by the admin", 42, 900).has_value());
-  EXPECT_FALSE(market_release_refusal("", 42, 900).has_value());
-}
-
 }  // namespace
 }  // namespace planc
 
 namespace planc {
-namespace {
-
-MarketBid typed(uint32_t id, uint32_t gpus, Micros price, std::string type) {
-  MarketBid b;
-  b.job_id = id;
-  b.gpus = gpus;
-  b.bid = price;
-  b.gpu_type = std::move(type);
-  b.submitted = 100 + id;
-  return b;
-}
-
-TEST(MarketClearingTest, OneMarketPerGpuType) {
-  Prices prices;
-  prices.default_card_hour = 20 * U;
-  prices.card_hour = {{"h800", 20 * U}, {"a100", 12 * U}};
-  MarketFloors floors;
-  floors.default_floor = 8 * U;
-  floors.by_type = {{"h800", 10 * U}, {"a100", 5 * U}};
-  // 8 free H800s, 16 free A100s, 24 free in all.
-  MarketOffer offer;
-  offer.by_type = {{"h800", 8}, {"a100", 16}};
-  offer.total = 24;
-  // Two H800 bids for room for one; an A100 bid of 6 that the H800 floor
-  // would have refused; an untyped bid that takes what is left.
-  auto rounds = clear_markets({typed(1, 8, 15 * U, "h800"), typed(2, 8, 12 * U, "h800"),
-                               typed(3, 8, 6 * U, "a100"), typed(4, 8, 9 * U, "")},
-                              offer, floors, prices);
-  ASSERT_EQ(rounds.size(), 3u);
-  EXPECT_EQ(rounds[0].gpu_type, "a100");  // typed markets by name, then default
-  EXPECT_EQ(rounds[1].gpu_type, "h800");
-  EXPECT_EQ(rounds[2].gpu_type, "default");
-  const MarketRound& a100 = rounds[0].round;
-  EXPECT_EQ(a100.capacity, 16u);
-  EXPECT_EQ(a100.floor, 5 * U);
-  EXPECT_EQ(a100.list, 12 * U);
-  ASSERT_EQ(a100.results.size(), 1u);
-  EXPECT_EQ(a100.results[0].index, 2u);  // the index in clear_markets' bids
-  EXPECT_EQ(a100.results[0].outcome, BidOutcome::kWon);
-  EXPECT_EQ(a100.results[0].pays, 5 * U);  // every bid won: the A100 floor
-  const MarketRound& h800 = rounds[1].round;
-  EXPECT_EQ(h800.capacity, 8u);
-  ASSERT_EQ(h800.results.size(), 2u);
-  EXPECT_EQ(h800.results[0].job_id, 1u);
-  EXPECT_EQ(h800.results[0].pays, 12 * U);
-  EXPECT_EQ(h800.results[1].outcome, BidOutcome::kNoRoom);
-  // The default market gets what the typed winners left: 24 - 8 - 8.
-  const MarketRound& any = rounds[2].round;
-  EXPECT_EQ(any.capacity, 8u);
-  EXPECT_EQ(any.floor, 8 * U);
-  ASSERT_EQ(any.results.size(), 1u);
-  EXPECT_EQ(any.results[0].index, 3u);
-  EXPECT_EQ(any.results[0].outcome, BidOutcome::kWon);
-}
-
-TEST(MarketClearingTest, TypedCapacityNeverExceedsTheWholeAndUntypedClustersHaveOneMarket) {
-  Prices prices;
-  prices.default_card_hour = 20 * U;
-  MarketFloors floors;
-  floors.default_floor = 8 * U;
-  // Matched jobs of no type set aside GPUs that are also H800s: the H800
-  // market is offered at most what is free in all, and a negative figure
-  // (more set aside than free) offers nothing.
-  MarketOffer offer;
-  offer.by_type = {{"h800", 16}, {"a100", -8}};
-  offer.total = 8;
-  auto rounds = clear_markets({typed(1, 8, 15 * U, "h800"), typed(2, 8, 15 * U, "a100")}, offer,
-                              floors, prices);
-  ASSERT_EQ(rounds.size(), 2u);  // no untyped bid, typed markets exist: no default round
-  EXPECT_EQ(rounds[0].gpu_type, "a100");
-  EXPECT_EQ(rounds[0].round.capacity, 0u);
-  EXPECT_EQ(rounds[0].round.results[0].outcome, BidOutcome::kNoRoom);
-  EXPECT_EQ(rounds[1].round.capacity, 8u);
-  EXPECT_EQ(rounds[1].round.floor, 8 * U);  // no price of its own: the default floor and list
-  EXPECT_EQ(rounds[1].round.list, 20 * U);
-  // A cluster without GPU types: one default market, empty or not.
-  MarketOffer plain;
-  plain.total = 16;
-  auto one = clear_markets({}, plain, floors, prices);
-  ASSERT_EQ(one.size(), 1u);
-  EXPECT_EQ(one[0].gpu_type, "default");
-  EXPECT_EQ(one[0].round.capacity, 16u);
-  // A bid naming a type no node has: its own market, nothing to offer.
-  auto none = clear_markets({typed(5, 8, 15 * U, "b200")}, plain, floors, prices);
-  ASSERT_EQ(none.size(), 1u);
-  EXPECT_EQ(none[0].gpu_type, "b200");
-  EXPECT_EQ(none[0].round.results[0].outcome, BidOutcome::kNoRoom);
-}
-
-}  // namespace
+namespace {}  // namespace
 }  // namespace planc

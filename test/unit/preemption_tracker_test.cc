@@ -323,14 +323,14 @@ TEST(PreemptionTrackerTest, ReadsVersion1AndRejectsDamage) {
 
 TEST(PreemptionTrackerTest, ReadsVersion2PreemptorsAsFirstRuns) {
   // v2 listed a preemptor's victims without their runs: read as run 0, and
-  // written back (now v4) with the runs.
+  // written back (now v5) with the runs.
   auto v2 = PreemptionTracker::parse(frame_state("planc-preempt-state v2", "P 20 1000 10 11\n", 1),
                                      3, 86400);
   ASSERT_TRUE(v2.ok()) << v2.error();
   EXPECT_EQ(v2.value().watched(), (std::vector<uint32_t>{10, 11, 20}));
-  std::string v4 = v2.value().serialize();
-  EXPECT_EQ(v4.rfind("planc-preempt-state v4\n", 0), 0u) << v4;
-  EXPECT_NE(v4.find("P 20 1000 10 0 11 0\n"), std::string::npos) << v4;
+  std::string v5 = v2.value().serialize();
+  EXPECT_EQ(v5.rfind("planc-preempt-state v5\n", 0), 0u) << v5;
+  EXPECT_NE(v5.find("P 20 1000 10 0 11 0\n"), std::string::npos) << v5;
   // v3 pairs each victim with its run: an odd count is damage.
   EXPECT_FALSE(PreemptionTracker::parse(
                    frame_state("planc-preempt-state v3", "P 20 1000 10 0 11\n", 1), 3, 86400)
@@ -341,7 +341,7 @@ TEST(PreemptionTrackerTest, RestartKeepsTheGracesMillisecondStart) {
   PreemptionTracker t(3, 86400);
   t.start(event(), kT0ms + 900);
   std::string text = t.serialize();
-  EXPECT_EQ(text.rfind("planc-preempt-state v4\n", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("planc-preempt-state v5\n", 0), 0u) << text;
   auto back = PreemptionTracker::parse(text, 3, 86400);
   ASSERT_TRUE(back.ok()) << back.error();
   PreemptionTracker r = std::move(back).value();
@@ -373,6 +373,32 @@ TEST(PreemptionTrackerTest, ForgetsEndedJobsButNotThoseInFlight) {
   t.forget({kVictim, kVictim + 1});
   EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 1), 1u) << "in its grace";
   EXPECT_EQ(t.ledger().count_in_window(kVictim + 1, kT0 + 1), 0u);
+}
+
+}  // namespace
+}  // namespace planc
+
+namespace planc {
+namespace {
+
+// A preempted --spot-fallback job being requeued: its move is saved with
+// the rest, so a restart between the preemption and the requeue keeps it.
+TEST(PreemptionTrackerTest, AFallbackBeingRequeuedSurvivesARestart) {
+  PreemptionTracker t(3, 86400);
+  EXPECT_FALSE(t.dirty());
+  t.expect_fallback(42, 3);
+  EXPECT_TRUE(t.dirty());
+  auto back = PreemptionTracker::parse(t.serialize(), 3, 86400);
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(back.value().fallbacks(), (std::map<uint32_t, uint32_t>{{42, 3}}));
+  PreemptionTracker r = std::move(back).value();
+  r.fallback_settled(42);
+  EXPECT_TRUE(r.dirty());
+  EXPECT_TRUE(r.fallbacks().empty());
+  // An older file has no fallback records, and may not have one.
+  EXPECT_FALSE(
+      PreemptionTracker::parse(frame_state("planc-preempt-state v4", "F 42 3\n", 1), 3, 86400)
+          .ok());
 }
 
 }  // namespace
