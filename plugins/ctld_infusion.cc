@@ -226,10 +226,12 @@ void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Po
   auto protect = [&](uint64_t freeing_now) {
     time_t until = 0;
     for (const auto& [id, when] : c.draining) until = std::max(until, when);
+    // (A protection given ends at its own time: after the replica's kill
+    // its node still completes, and what waits no longer shows as freed.)
     if (need.waiting && demand.gpus <= open + freeing_now && (until || freeing_now))
       reclaim_for(c, demand.jobs, std::max(until, now) + kReclaimCleanupSeconds);
     else
-      reclaim_for(c, {}, 0);
+      reclaim_for(c, {}, 0);  // only forgets the protections that ended
   };
   if (!decided) {
     protect(freeing);

@@ -17,18 +17,25 @@ from conftest import ROOT
 
 SERVE = os.path.join(ROOT, "etc", "pools", "serve.sh")
 COOLDOWN = 8
+# Replicas run as pcpool (the platform's user: a pool may not run as root
+# or SlurmUser), their output in /tmp/planc-pool-<pool>-<job>.out.
+def output(pool):
+    return f"/tmp/planc-pool-{pool}-%j.out"
+
+
+OUT = output("other")
 POOLS = [
-    f"Pool=api Tier=P1 Account=acct-api User=root Script={SERVE} GpusPerReplica=4 MinReplicas=0 "
-    "MaxReplicas=4 DrainGrace=5s",
-    f"Pool=spotapi Tier=P3 Account=acct-api User=root Script={SERVE} GpusPerReplica=4 "
-    "MinReplicas=0 MaxReplicas=2 DrainGrace=3s",
+    f"Pool=api Tier=P1 Account=acct-api User=pcpool Script={SERVE} GpusPerReplica=4 "
+    f"MinReplicas=0 MaxReplicas=4 DrainGrace=5s Output={output('api')}",
+    f"Pool=spotapi Tier=P3 Account=acct-api User=pcpool Script={SERVE} GpusPerReplica=4 "
+    f"MinReplicas=0 MaxReplicas=2 DrainGrace=3s Output={output('spotapi')}",
 ]
 SETTINGS = ["Infusion=yes", "InfusionWindow=6s", f"InfusionCooldown={COOLDOWN}s",
             "InfusionMaxPerHour=4", "Market=yes", "MarketInterval=1h"]
 
 
 def replica_outputs():
-    return set(glob.glob("/root/planc-pool-*.out"))
+    return set(glob.glob("/tmp/planc-pool-*.out"))
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +99,8 @@ def test_idle_grows_the_pools_within_the_cooldown_and_the_hourly_limit(infusion)
     # The replicas, as squeue shows them: the pool's user, account and tier.
     reps = replicas(c)
     assert sorted(reps.values()) == sorted(
-        [("planc-pool-spotapi", "root", "acct-api", "p3-spot", "RUNNING")] * 2 +
-        [("planc-pool-api", "root", "acct-api", "p1-guaranteed", "RUNNING")] * 2), reps
+        [("planc-pool-spotapi", "pcpool", "acct-api", "p3-spot", "RUNNING")] * 2 +
+        [("planc-pool-api", "pcpool", "acct-api", "p1-guaranteed", "RUNNING")] * 2), reps
     for jobid, (name, *_rest) in reps.items():
         comment = c.show_job(jobid).get("AdminComment", "")
         pool = name[len("planc-pool-"):]
@@ -128,12 +135,12 @@ def test_idle_grows_the_pools_within_the_cooldown_and_the_hourly_limit(infusion)
         c.log_since(offset)), timeout=60)
     (_, text), = operations(log)
     m = re.match(r"shrank pool spotapi to 1 replica\(s\) \(JobId=(\d+) SIGTERM, killed after its "
-                 r"drain grace of 3 s\): idle [0-9.]+% below 15\.0% - 2\.0%: shrink the P3 pool",
+                 r"drain grace of 3 s\): idle [0-9.]+% below 15\.0% - 12\.5%: shrink the P3 pool",
                  text)
     assert m, text
     drained = m.group(1)
     c.wait_for("the drained replica to end", lambda: c.state(drained) == "GONE", timeout=30)
-    out = open(f"/root/planc-pool-spotapi-{drained}.out").read()
+    out = open(f"/tmp/planc-pool-spotapi-{drained}.out").read()
     assert f"replica {drained}: SIGTERM at " in out and ", draining" in out, out
     c.run("scancel", *p0, check=True)
 
@@ -161,8 +168,8 @@ def test_a_p0_job_takes_infused_replicas_back_within_40_s(infusion):
     c.wait_for("the P1 and P3 jobs to run",
                lambda: all(c.state(j) == "RUNNING" for j in [p1] + spot), timeout=60)
     offset = c.log_offset()
-    pool = (f"Pool=api Tier=P1 Account=acct-api User=root Script={SERVE} GpusPerReplica=4 "
-            "MinReplicas=2 MaxReplicas=2 DrainGrace=5s")
+    pool = (f"Pool=api Tier=P1 Account=acct-api User=pcpool Script={SERVE} GpusPerReplica=4 "
+            f"MinReplicas=2 MaxReplicas=2 DrainGrace=5s Output={output('api')}")
     c.reload_planc_conf(SETTINGS[:-2] + [pool])
     c.wait_for("two replicas running", lambda: (lambda r: r if len(r) == 2 and all(
         v[4] == "RUNNING" for v in r.values()) else None)(replicas(c)), timeout=90)
@@ -184,7 +191,7 @@ def test_a_p0_job_takes_infused_replicas_back_within_40_s(infusion):
         assert re.search(rf"preempt/planc: JobId={r} \(P1\) preempted by JobId={p0} \(P0\), grace "
                          r"5 s, cancel", log), log
         c.wait_for(f"replica {r} to end", lambda: c.state(r) == "GONE", timeout=30)
-        out = open(f"/root/planc-pool-api-{r}.out").read()
+        out = open(f"/tmp/planc-pool-api-{r}.out").read()
         assert f"replica {r}: SIGTERM at " in out and ", draining" in out, out
     # The ordinary P1 job is never a victim: a P0 job for its node waits
     # while the scheduler looks, and it keeps running.
@@ -195,3 +202,119 @@ def test_a_p0_job_takes_infused_replicas_back_within_40_s(infusion):
     assert c.state(p0b) == "PENDING" and c.state(p1) == "RUNNING"
     assert not re.search(rf"JobId={p1} \(P1\) preempted", c.log_since(offset))
     c.cancel_all()
+
+
+def ctld_sampled(c, n=3):
+    """Waits until slurmctld/planc has sampled the jobs n more times (its
+    controller decides at each sample): "nothing happened" is then a
+    decision, not a look not taken yet."""
+    start = int(ctld_config(c)["SampleCount"])
+    c.wait_for(f"{n} samples", lambda: int(ctld_config(c)["SampleCount"]) >= start + n,
+               timeout=60)
+
+
+def test_a_pool_slurmctld_may_not_trust_is_refused(infusion):
+    """A pool that runs as root is refused when planc.conf is read (the
+    configuration before stays in force); one whose Script another user
+    owns is refused by slurmctld/planc, which grows nothing for it and says
+    why; planc-conf check fails on both."""
+    import pwd
+    c = infusion
+    c.cancel_all()
+    c.reload_planc_conf([])
+    offset = c.log_offset()
+    path = c.write_planc_conf(SETTINGS[:-2] + [
+        f"Pool=bad Tier=P1 Account=acct-api User=root Script={SERVE} GpusPerReplica=4"])
+    c.wait_for("the refusal", lambda: "key 'User': a pool's replicas may not run as root: give "
+               "the platform's own user, e.g. User=maas (useradd --system maas); the "
+               "configuration loaded before stays in force" in c.log_since(offset), timeout=30)
+    r = c.run(os.path.join(ROOT, "planc-conf"), "check", path)
+    assert r.returncode == 1 and "key 'User': a pool's replicas may not run as root" in r.stderr, \
+        r.stderr
+    # A script pcbob owns, in a directory only root may write.
+    d = os.path.join(c.dir, "pools")
+    os.makedirs(d, mode=0o755, exist_ok=True)
+    script = os.path.join(d, "theirs.sh")
+    with open(script, "w") as f:
+        f.write(open(SERVE).read())
+    os.chmod(script, 0o755)
+    uid = pwd.getpwnam("pcbob").pw_uid
+    os.chown(script, uid, uid)
+    offset = c.log_offset()
+    c.reload_planc_conf(SETTINGS + [
+        f"Pool=theirs Tier=P3 Account=acct-api User=pcpool Script={script} GpusPerReplica=4 "
+        f"MaxReplicas=2 Output={OUT}"])
+    why = (f"infusion: pool 'theirs': Script={script} is owned by uid {uid}, not root: slurmctld "
+           f"runs it for the pool: chown root {script} and chmod go-w it (and its directory); the "
+           "pool is not used (its replicas are drained)")
+    c.wait_for("the pool refused", lambda: why in c.log_since(offset), timeout=30)
+    ctld_sampled(c)
+    assert not replicas(c) and "grew pool" not in c.log_since(offset)
+    r = c.run(os.path.join(ROOT, "planc-conf"), "check", os.path.join(c.dir, "etc", "planc.conf"))
+    assert r.returncode == 1 and f"Script={script} is owned by uid {uid}, not root" in r.stderr, \
+        r.stderr
+    c.reload_planc_conf([])
+
+
+def test_guaranteed_work_replicas_cannot_help_takes_nothing_back(infusion):
+    """Two infused P1 replicas run.  A P0 job larger than the 80% cap (32
+    GPUs of a cap of 25) and one pinned to a drained node wait forever,
+    whatever infusion gives back: no replica is drained for them (several
+    samples later both still run).  Then the pool is removed from
+    planc.conf: its replicas are drained."""
+    c = infusion
+    c.cancel_all()
+    pool = (f"Pool=api Tier=P1 Account=acct-api User=pcpool Script={SERVE} GpusPerReplica=4 "
+            f"MinReplicas=2 MaxReplicas=2 DrainGrace=3s Output={OUT}")
+    c.reload_planc_conf(SETTINGS[:-2] + [pool])
+    c.wait_for("two replicas running", lambda: (lambda r: r if len(r) == 2 and all(
+        v[4] == "RUNNING" for v in r.values()) else None)(replicas(c)), timeout=90)
+    running = set(replicas(c))
+    c.run("scontrol", "update", "nodename=gpu4", "state=drain", "reason=planc-test", check=True)
+    try:
+        offset = c.log_offset()
+        big, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "-N4", "--gres=gpu:8", "--wrap",
+                          "sleep 60", user="pcalice")
+        assert big, p.stderr
+        pinned, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "-w", "gpu4", "--gres=gpu:1",
+                             "--wrap", "sleep 60", user="pcalice")
+        assert pinned, p.stderr
+        c.scheduler_looked(main=2, backfill=1)
+        ctld_sampled(c, 3)
+        assert c.state(big) == "PENDING" and c.state(pinned) == "PENDING"
+        assert set(replicas(c)) == running
+        assert "gave back" not in c.log_since(offset), c.log_since(offset)
+    finally:
+        c.run("scontrol", "update", "nodename=gpu4", "state=resume", check=True)
+    for j in (big, pinned):
+        c.run("scancel", j)
+    # The pool removed (infusion stays on with another): its replicas go.
+    offset = c.log_offset()
+    c.reload_planc_conf(SETTINGS[:-2] + [POOLS[1].replace("MaxReplicas=2", "MaxReplicas=1")])
+    for r in running:
+        c.wait_for(f"replica {r} drained", lambda: re.search(
+            rf"infusion: JobId={r}: a replica of pool api, which planc\.conf no longer has",
+            c.log_since(offset)), timeout=30)
+        c.wait_for(f"replica {r} to end", lambda: c.state(r) == "GONE", timeout=30)
+    c.reload_planc_conf([])
+    c.cancel_all()
+
+
+@pytest.mark.parametrize("case,cooldown", [("p1", 2), ("p3", 300)])
+def test_p0_keeps_its_40_s_while_replicas_hold_the_cap(infusion, case, cooldown):
+    """test/lib/infusion_trials.py: replicas (DrainGrace 30 s, deaf to
+    SIGTERM) hold the 80% cap, an ordinary P1 job or a P3 job on the last
+    node; an 8-GPU P0 job starts within 40 s of its submission by
+    slurmctld's timestamps, exactly one replica is drained for it, no pool
+    grows while it waits, and the other jobs are untouched.  (Ten trials of
+    each: test/bench/infusion-p0-trials.)"""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "test", "lib"))
+    from infusion_trials import p0_trial
+    r = p0_trial(infusion, case, cooldown)
+    print(f"{case}, cooldown {cooldown} s: the P0 job started {r['latency']:.0f} s after its "
+          "submission")
+    assert r["latency"] <= 40, r["log"]
+    assert len(r["drained"]) == 1, r["log"]
+    assert not r["grown"], r["log"]
+    assert r["untouched"], (r["preempted"], r["log"])
