@@ -21,30 +21,6 @@ const ServingPool* growable(const std::vector<ServingPool>& pools, TierId tier,
 
 }  // namespace
 
-void IdleWindow::observe(time_t now, uint32_t idle, uint32_t pool) {
-  if (!samples_.empty() && now < samples_.back().at) return;  // the clock went back: ignored
-  samples_.push_back({now, std::min(idle, pool), pool});
-  // Keep one sample at or before the oldest window anyone asks (an hour).
-  while (samples_.size() > 2 && samples_[1].at <= now - kHour) samples_.pop_front();
-}
-
-std::optional<IdleWindow::Measure> IdleWindow::measure(time_t now, uint32_t seconds) const {
-  const time_t from = now - static_cast<time_t>(seconds);
-  if (samples_.empty() || samples_.front().at > from || seconds == 0) return std::nullopt;
-  double idle = 0, pool = 0;
-  for (size_t i = 0; i < samples_.size(); i++) {
-    const time_t a = std::max(samples_[i].at, from);
-    const time_t b = i + 1 < samples_.size() ? std::min(samples_[i + 1].at, now) : now;
-    if (b <= a) continue;
-    idle += static_cast<double>(samples_[i].idle) * static_cast<double>(b - a);
-    pool += static_cast<double>(samples_[i].pool) * static_cast<double>(b - a);
-  }
-  Measure m;
-  m.idle_gpus = static_cast<uint32_t>(idle / seconds);
-  m.pool_gpus = static_cast<uint32_t>(pool / seconds + 0.5);
-  return m;
-}
-
 std::string infused_mark(const std::string& pool, TierId tier, uint32_t drain_grace_seconds) {
   return std::string(kInfusedTag) + " pool " + pool + ": a replica capacity infusion added (" +
          "P" + std::to_string(tier_index(tier)) + ", drain grace " +

@@ -11,8 +11,7 @@
 //
 // Read here as:
 //   - idle is the idle share of the pool's GPUs over the last window (the
-//     caller measures it time-weighted: VacancyMeter, common/market.h), in
-//     per mille;
+//     caller measures it time-weighted: common/idle_meter.h), in per mille;
 //   - one scale operation (one replica more or fewer) at a time; the band
 //     idle falls in decides which pool grows: above the P3 threshold the
 //     P3 pool (preemptible, so cheapest to give back), between the P1 and
@@ -62,25 +61,6 @@ struct InfusionSettings {
   // shorter in a time-compressed replay (tools/planc-replay), as the
   // other policy clocks are.
   uint32_t limit_window_seconds = 3600;
-};
-
-// The idle GPUs over the last `seconds`, time-weighted from samples of
-// (time, idle GPUs, pool GPUs), each holding until the next.  Nothing
-// until the samples cover the whole window: one sample decides nothing.
-class IdleWindow {
- public:
-  void observe(time_t now, uint32_t idle, uint32_t pool);
-  struct Measure {
-    uint32_t idle_gpus = 0, pool_gpus = 0;  // means over the window, rounded down
-  };
-  std::optional<Measure> measure(time_t now, uint32_t seconds) const;
-
- private:
-  struct Sample {
-    time_t at;
-    uint32_t idle, pool;
-  };
-  std::deque<Sample> samples_;  // oldest first
 };
 
 // The mark in an infused replica's AdminComment (set at submission by

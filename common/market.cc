@@ -105,39 +105,12 @@ Micros market_floor(Micros base_floor, Micros list, uint32_t vacancy_permille,
   return std::min(list, std::max(market_minimum(list, m), moved));
 }
 
-void VacancyMeter::advance(time_t now) {
-  if (seen_ && now > last_) {
-    const double dt = static_cast<double>(now - last_);
-    idle_seconds_ += dt * idle_;
-    pool_seconds_ += dt * pool_;
-  }
-  if (now > last_ || !seen_) last_ = now;
-}
-
-void VacancyMeter::observe(time_t now, uint32_t idle, uint32_t pool) {
-  advance(now);
-  seen_ = true;
-  idle_ = std::min(idle, pool);
-  pool_ = pool;
-}
-
-std::optional<uint32_t> VacancyMeter::take(time_t now) {
-  advance(now);
-  std::optional<uint32_t> out;
-  if (pool_seconds_ > 0)
-    out = static_cast<uint32_t>(idle_seconds_ * 1000.0 / pool_seconds_ + 0.5);
-  else if (seen_ && pool_)
-    out = idle_ * 1000 / pool_;  // one sample, no time yet: that sample
-  idle_seconds_ = pool_seconds_ = 0;
-  return out;
-}
-
 time_t next_round_after(time_t now, uint32_t interval) {
   const time_t i = interval ? interval : 1;
   return (now / i + 1) * i;
 }
 
-FloorKeeper::FloorKeeper(time_t now, const PlancConfig& cfg) {
+FloorKeeper::FloorKeeper(time_t now, const PlancConfig& cfg) : since_(now) {
   set(cfg, 0);
   floors_.next_round = next_round_after(now, cfg.market.interval_seconds);
 }
@@ -150,10 +123,11 @@ void FloorKeeper::set(const PlancConfig& cfg, uint32_t vacancy) {
     floors_.by_type[type] = market_floor(p.card_hour_floor, list, vacancy, cfg.market);
 }
 
-bool FloorKeeper::sample(time_t now, uint32_t idle, uint32_t pool, const PlancConfig& cfg) {
-  meter_.observe(now, idle, pool);
+bool FloorKeeper::sample(time_t now, const IdleMeter& meter, const PlancConfig& cfg) {
   if (now < floors_.next_round) return false;
-  auto v = meter_.take(now);
+  std::optional<uint32_t> v;
+  if (auto m = meter.measure_since(since_, now); m && m->pool_gpus) v = m->idle_permille;
+  since_ = now;
   floors_.at = now;
   floors_.vacancy = v;
   set(cfg, v.value_or(0));

@@ -4,7 +4,7 @@
 // micro-units of planc.conf's Currency per card-hour, like the bills.
 //
 // The floor.  It starts at CardHourPriceFloor and moves with the vacancy
-// measured over the last interval (time-weighted: VacancyMeter), by
+// measured over the last interval (time-weighted: common/idle_meter.h), by
 // MarketFloorCurve: points "vacancy:multiplier", joined by straight lines
 // and flat beyond the first and the last.  The default has the policy's
 // point, 30% idle lowers the floor by 20%:
@@ -66,6 +66,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/idle_meter.h"
 #include "common/market_life.h"
 
 namespace planc {
@@ -80,23 +81,6 @@ Micros market_minimum(Micros list, const MarketConfig& m);
 // The floor at this vacancy (per mille of the pool idle over the interval).
 Micros market_floor(Micros base_floor, Micros list, uint32_t vacancy_permille,
                     const MarketConfig& m);
-
-// Idle GPU-seconds over GPU-seconds in the pool between take()s, from
-// samples of (time, idle GPUs, pool GPUs); each sample's figures hold until
-// the next one.
-class VacancyMeter {
- public:
-  void observe(time_t now, uint32_t idle, uint32_t pool);
-  // Per mille over [the last take(), now]; nullopt when nothing was seen.
-  std::optional<uint32_t> take(time_t now);
-
- private:
-  void advance(time_t now);
-  bool seen_ = false;
-  time_t last_ = 0;
-  uint32_t idle_ = 0, pool_ = 0;
-  double idle_seconds_ = 0, pool_seconds_ = 0;
-};
 
 // The floors as slurmctld/planc keeps them: fed the pool's samples, it
 // sets the floors at each round (every MarketInterval, on the multiples of
@@ -117,8 +101,10 @@ struct MarketFloors {
 class FloorKeeper {
  public:
   FloorKeeper(time_t now, const PlancConfig& cfg);
-  // A pool sample.  Returns true when a round set new floors.
-  bool sample(time_t now, uint32_t idle, uint32_t pool, const PlancConfig& cfg);
+  // At each sample of the pool (`meter` has it): returns true when a round
+  // set new floors from the vacancy since the last one (since the keeper
+  // started, for the first).
+  bool sample(time_t now, const IdleMeter& meter, const PlancConfig& cfg);
   const MarketFloors& floors() const { return floors_; }
   // A round at the next sample, not at the next multiple of the interval
   // (capacity infusion: idle above InfusionIdleMarket); later rounds keep
@@ -127,7 +113,7 @@ class FloorKeeper {
 
  private:
   void set(const PlancConfig& cfg, uint32_t vacancy);
-  VacancyMeter meter_;
+  time_t since_ = 0;  // the last round (or the start)
   MarketFloors floors_;
 };
 

@@ -148,12 +148,13 @@ void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Po
   c.replica_ids.clear();
   for (const auto& r : replicas) c.replica_ids.push_back(r.job_id);
   // Replicas per pool (not those ending: draining, or in a preemption),
-  // and the GPUs pending ones are promised and ending ones are freeing.
+  // and the GPUs ending ones are freeing (pending ones' are promised: the
+  // worker's idle meter counts them busy).
   std::vector<planc::ServingPool> pools;
   for (const planc::PoolConfig* p : usable)
     pools.push_back({p->name, p->tier, p->gpus_per_replica, p->min_replicas, p->max_replicas, 0});
   std::vector<planc::ReplicaView> views;
-  uint64_t promised = 0, freeing = 0, p1_replica_gpus = 0;
+  uint64_t freeing = 0, p1_replica_gpus = 0;
   for (const auto& r : replicas) {
     const bool ending = r.ending || c.draining.count(r.job_id);
     views.push_back({r.job_id, r.pool, r.running, ending});
@@ -164,7 +165,6 @@ void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Po
     }
     for (planc::ServingPool& sp : pools)
       if (sp.name == r.pool) sp.replicas++;
-    if (!r.running) promised += r.gpus;
   }
   freeing += jobs.preempting_gpus;
   // Replicas of a pool planc.conf no longer has (or that it refuses):
@@ -182,10 +182,7 @@ void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Po
         if (r.running) freeing += r.gpus;
       }
   }
-  const uint64_t used = pool.allocated_total() + promised;
-  const uint64_t idle_now = pool.pool_gpus > used ? pool.pool_gpus - used : 0;
-  c.idle_window.observe(now, static_cast<uint32_t>(idle_now),
-                        static_cast<uint32_t>(pool.pool_gpus));
+  const uint64_t idle_now = c.idle.idle_now();
   // Guaranteed work that giving replicas back would let start
   // (reclaimable_demand): while it waits nothing grows or shrinks by the
   // idle share; when it needs more than is idle within the 80% cap plus
@@ -212,7 +209,7 @@ void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Po
     c.infusion_shown.replicas = text;
     for (const planc::ServingPool& sp : pools) c.infusion_replicas[sp.name] = sp.replicas;
   }
-  auto m = c.idle_window.measure(now, cfg.infusion.settings.window_seconds);
+  auto m = c.idle.measure(now, cfg.infusion.settings.window_seconds);
   // Giving back does not wait for the idle window: it is not about idle.
   std::optional<planc::InfusionDecision> decided;
   if (m || need.reclaim)

@@ -341,10 +341,7 @@ void market_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Pool
     c.floor_keeper = std::make_unique<planc::FloorKeeper>(now, cfg);
     changed = true;
   }
-  const uint32_t used = pool.allocated_total();
-  const bool round = pool.pool_gpus &&
-                     c.floor_keeper->sample(now, pool.pool_gpus > used ? pool.pool_gpus - used : 0,
-                                            pool.pool_gpus, cfg);
+  const bool round = pool.pool_gpus && c.floor_keeper->sample(now, c.idle, cfg);
   if (round || changed) {
     auto copy = std::make_shared<const planc::MarketFloors>(c.floor_keeper->floors());
     planc::MutexLock l(c.floors_mu);

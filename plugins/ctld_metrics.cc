@@ -12,13 +12,12 @@
 
 namespace planc::ctld {
 
-void write_metrics(Controller& c, const planc::PoolUsage& pool, const planc::IdleCrossings& idle,
-                   const planc::ConfigWatch& watch) {
+void write_metrics(Controller& c, const planc::PoolUsage& pool, const planc::ConfigWatch& watch) {
   const auto t0 = std::chrono::steady_clock::now();
   planc::MetricsSnapshot s;
   s.source = "slurmctld";
   s.written = time(nullptr);
-  planc::add_pool_samples(pool, idle, &s);
+  planc::add_pool_samples(pool, c.idle.crossings(), &s);
   c.sla.add_samples(&s);
   s.samples.push_back(
       {"planc_starvation_upgrades_total", {}, static_cast<double>(c.stats.upgrades.load())});

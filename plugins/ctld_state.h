@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "common/append_file.h"
+#include "common/idle_meter.h"
 #include "common/infusion.h"
 #include "common/job_watch.h"
 #include "common/market.h"
@@ -159,7 +160,9 @@ struct Controller {
   // since (the sample looks them up by id: a pending P3 replica is not
   // among its watched jobs), and the hold last logged (see infusion_tick).
   std::unique_ptr<planc::InfusionController> infusion;
-  planc::IdleWindow idle_window;
+  // The pool's idle GPUs, sampled each sample (common/idle_meter.h): the
+  // market's vacancy, infusion's idle share and the metrics' crossings.
+  planc::IdleMeter idle;
   std::map<uint32_t, time_t> draining;
   std::vector<uint32_t> replica_ids;
   InfusionHeldKey infusion_held;
@@ -318,8 +321,8 @@ bool reclaiming_for(Controller& c, uint32_t job_id, time_t now) EXCLUDES(c.recla
 // --- the metrics snapshot: ctld_metrics.cc (worker) --------------------------
 
 // Written outside every lock after each sample.
-void write_metrics(Controller& c, const planc::PoolUsage& pool, const planc::IdleCrossings& idle,
-                   const planc::ConfigWatch& watch) EXCLUDES(c.floors_mu, c.infusion_mu);
+void write_metrics(Controller& c, const planc::PoolUsage& pool, const planc::ConfigWatch& watch)
+    EXCLUDES(c.floors_mu, c.infusion_mu);
 
 // --- `scontrol show config`: ctld_show_config.cc -----------------------------
 

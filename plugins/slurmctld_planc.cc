@@ -124,7 +124,6 @@ void worker(Controller* cp, planc::ConfigWatch watch) {
   std::string written;
   bool hook_warned = false;
   bool reloaded_since_sample = false;
-  planc::IdleCrossings idle;
   planc::MutexLock l(c.mu);
   while (!c.stop) {
     while (!c.stop && c.notices.empty() && !c.sample_now &&
@@ -164,15 +163,21 @@ void worker(Controller* cp, planc::ConfigWatch watch) {
         planc::slurm::InfusionJobs infusion_jobs;
         std::vector<uint32_t> market_ids;
         std::string text = spot_sample(c, &gpu_pos, written, &pool, &infusion_jobs, &market_ids);
-        if (pool.pool_gpus)
-          idle.observe(1.0 - static_cast<double>(pool.allocated_total()) /
-                                 static_cast<double>(pool.pool_gpus));
+        // The one idle meter: GPUs neither allocated nor promised to a
+        // replica Slurm has not started yet.
+        uint64_t busy = pool.allocated_total();
+        for (const auto& r : infusion_jobs.replicas)
+          if (!r.running) busy += r.gpus;
+        c.idle.keep_for(cfg.market.interval_seconds + kSpotSampleSeconds);
+        c.idle.observe(time(nullptr),
+                       static_cast<uint32_t>(pool.pool_gpus > busy ? pool.pool_gpus - busy : 0),
+                       static_cast<uint32_t>(pool.pool_gpus));
         infusion_tick(c, cfg, pool, infusion_jobs, reloaded_since_sample);
         market_ids.insert(market_ids.end(), notices.begin(), notices.end());
         notices.clear();
         market_tick(c, cfg, pool, reloaded_since_sample, gpu_pos, std::move(market_ids));
         reloaded_since_sample = false;
-        write_metrics(c, pool, idle, watch);
+        write_metrics(c, pool, watch);
         if (!text.empty()) {
           if (auto err = planc::write_file_atomically(c.state_path, text))
             error("%s: %s", plugin_type, err->c_str());

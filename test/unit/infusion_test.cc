@@ -119,30 +119,6 @@ TEST(InfusionTest, GuaranteedWorkWaitingTakesP1BackAtOnce) {
 namespace planc {
 namespace {
 
-TEST(IdleWindowTest, TimeWeightedOverTheWindowAndNothingUntilCovered) {
-  IdleWindow w;
-  EXPECT_FALSE(w.measure(100, 60));
-  w.observe(100, 32, 32);
-  EXPECT_FALSE(w.measure(130, 60)) << "one sample, half a window: nothing decided";
-  w.observe(130, 16, 32);
-  // 100..130 all 32 idle, 130..160 16 idle: 24 on average.
-  auto m = w.measure(160, 60);
-  ASSERT_TRUE(m);
-  EXPECT_EQ(m->idle_gpus, 24u);
-  EXPECT_EQ(m->pool_gpus, 32u);
-  // Later, only the last 60 s count: 16 idle since 130.
-  w.observe(200, 16, 32);
-  EXPECT_EQ(w.measure(220, 60)->idle_gpus, 16u);
-  // A dip that lasted 6 s of 60 barely moves it.
-  w.observe(220, 0, 32);
-  w.observe(226, 16, 32);
-  EXPECT_EQ(w.measure(280, 60)->idle_gpus, 14u);  // (54 x 16) / 60 = 14.4
-  // Idle never counts above the pool.
-  IdleWindow v;
-  v.observe(0, 40, 32);
-  EXPECT_EQ(v.measure(10, 10)->idle_gpus, 32u);
-}
-
 TEST(InfusedMarkTest, WrittenAndReadBack) {
   const std::string m = infused_mark("maas-guaranteed", TierId::kP1, 30);
   EXPECT_EQ(m,

@@ -49,17 +49,6 @@ TEST(MarketFloorTest, CurveParsing) {
   EXPECT_EQ(why, "vacancy 1.5 is above 1 (it is a share of the pool)");
 }
 
-TEST(VacancyMeterTest, TimeWeightedOverTheInterval) {
-  VacancyMeter v;
-  EXPECT_FALSE(v.take(100));
-  v.observe(0, 32, 32);  // idle for 10 s
-  v.observe(10, 0, 32);  // full for 30 s
-  EXPECT_EQ(v.take(40), 250u);
-  EXPECT_EQ(v.take(50), 0u);  // the last figures hold
-  v.observe(50, 16, 32);
-  EXPECT_EQ(v.take(50), 500u);  // no time yet: the sample itself
-}
-
 MarketRequest request(const std::string& tier) {
   MarketRequest r;
   r.tier = tier;
@@ -174,25 +163,30 @@ TEST(FloorKeeperTest, AnIdlePoolLowersTheFloorAtTheNextRound) {
   PlancConfig cfg;
   cfg.market.interval_seconds = 60;
   FloorKeeper k(1000, cfg);  // rounds at multiples of 60: the first at 1020
+  IdleMeter m;
+  auto sample = [&](time_t t, uint32_t idle, uint32_t pool) {
+    m.observe(t, idle, pool);
+    return k.sample(t, m, cfg);
+  };
   EXPECT_EQ(k.floors().next_round, 1020);
   EXPECT_EQ(k.floors().default_floor, 10 * U);  // CardHourPriceFloor to start
   EXPECT_EQ(k.floors().by_type.at("h800"), 10 * U);
-  EXPECT_FALSE(k.sample(1000, 32, 32, cfg));
-  EXPECT_FALSE(k.sample(1010, 32, 32, cfg));
+  EXPECT_FALSE(sample(1000, 32, 32));
+  EXPECT_FALSE(sample(1010, 32, 32));
   // All idle since the start: the curve's flat end, 0.6 x 10 = 6 (= the minimum).
-  EXPECT_TRUE(k.sample(1020, 32, 32, cfg));
+  EXPECT_TRUE(sample(1020, 32, 32));
   EXPECT_EQ(k.floors().vacancy, 1000u);
   EXPECT_EQ(k.floors().default_floor, 6 * U);
   EXPECT_EQ(k.floors().next_round, 1080);
   // 30% idle over the next interval: -20%.
-  EXPECT_FALSE(k.sample(1020, 0, 10, cfg));
-  EXPECT_FALSE(k.sample(1050, 3, 10, cfg));
-  k.sample(1080, 3, 10, cfg);
+  EXPECT_FALSE(sample(1020, 0, 10));
+  EXPECT_FALSE(sample(1050, 3, 10));
+  sample(1080, 3, 10);
   EXPECT_EQ(k.floors().vacancy, 150u);  // half the time 0%, half 30%
   EXPECT_EQ(k.floors().default_floor, 9 * U);
   // The minimum holds with a steeper curve.
   cfg.market.floor_curve = {{0, 1000}, {100, 100}};
-  k.sample(1140, 3, 10, cfg);
+  sample(1140, 3, 10);
   EXPECT_EQ(k.floors().default_floor, 6 * U);
 }
 
