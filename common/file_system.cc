@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 namespace planc {
@@ -39,25 +40,34 @@ int PosixFileSystem::make_dir(const std::string& path) {
   return -1;
 }
 
-int PosixFileSystem::read_file(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
+namespace {
+// The rest of `fd` into *out (at most `max` bytes: -1 with EFBIG past it);
+// -1 with errno on failure.  Does not close it.
+int read_all(int fd, std::string* out, size_t max) {
   out->clear();
   char buf[65536];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int saved = errno;
-      ::close(fd);
-      errno = saved;
+    if (n < 0) return -1;
+    if (n == 0) return 0;
+    out->append(buf, static_cast<size_t>(n));
+    if (out->size() > max) {
+      errno = EFBIG;
       return -1;
     }
-    if (n == 0) break;
-    out->append(buf, static_cast<size_t>(n));
   }
+}
+}  // namespace
+
+int PosixFileSystem::read_file(const std::string& path, std::string* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const int rc = read_all(fd, out, SIZE_MAX);
+  const int saved = errno;
   ::close(fd);
-  return 0;
+  errno = saved;
+  return rc;
 }
 
 int PosixFileSystem::list_dir(const std::string& dir, std::vector<std::string>* names) {
@@ -131,24 +141,9 @@ std::optional<std::string> read_trusted_script(const std::string& path, std::str
           ", not root: slurmctld runs it for the pool" + fix;
   else if (st.st_mode & (S_IWGRP | S_IWOTH))
     why = "Script=" + path + " is writable by group or others" + fix;
-  if (!why) {
-    out->clear();
-    char buf[65536];
-    for (;;) {
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        why = system_error("cannot read the pool's Script", path, errno);
-        break;
-      }
-      if (n == 0) break;
-      out->append(buf, static_cast<size_t>(n));
-      if (out->size() > (4u << 20)) {
-        why = "Script=" + path + " is larger than 4 MiB: not a batch script";
-        break;
-      }
-    }
-  }
+  if (!why && read_all(fd, out, 4u << 20) != 0)
+    why = errno == EFBIG ? "Script=" + path + " is larger than 4 MiB: not a batch script"
+                         : system_error("cannot read the pool's Script", path, errno);
   ::close(fd);
   return why;
 }

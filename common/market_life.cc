@@ -519,8 +519,9 @@ MarketStep reconcile(const std::optional<MarketLife>& life, const MarketFacts& f
   if (!f.in_market_tier || f.free_attempt) {
     if (!life) return step(MarketEvent::kNone, life);
     if (life->state == MarketState::kWaiting && pending(f))
-      return step(MarketEvent::kLeft, std::nullopt,
-                  life->owner_hold || f.requeue_held ? HoldAction::kKeep : HoldAction::kRelease);
+      return step(
+          MarketEvent::kLeft, std::nullopt,
+          life->owner_hold || f.requeue_held ? HoldAction::kGiveToOwner : HoldAction::kRelease);
     // A priced run stays priced for its bill; a pending job forgets it.
     if (pending(f)) return step(MarketEvent::kLeft, std::nullopt);
     return step(MarketEvent::kNone, life);
@@ -534,7 +535,8 @@ MarketStep reconcile(const std::optional<MarketLife>& life, const MarketFacts& f
       l.run = f.run;
       const bool owners = life->owner_hold || f.requeue_held;
       l.owner_hold = false;
-      return step(MarketEvent::kMarketClosed, l, owners ? HoldAction::kKeep : HoldAction::kRelease);
+      return step(MarketEvent::kMarketClosed, l,
+                  owners ? HoldAction::kGiveToOwner : HoldAction::kRelease);
     }
     return step(MarketEvent::kNone, life);
   }

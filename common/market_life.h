@@ -186,8 +186,10 @@ enum class MarketEvent : uint8_t {
 };
 std::string_view event_name(MarketEvent e);
 
-// What the caller does to Slurm's hold.
-enum class HoldAction : uint8_t { kKeep, kHold, kRelease };
+// What the caller does to Slurm's hold: keep it, hold, release, or hand
+// the hold to the job's owner (the market closes on a job its owner held
+// too: theirs to release, as on any job).
+enum class HoldAction : uint8_t { kKeep, kHold, kRelease, kGiveToOwner };
 
 struct MarketStep {
   MarketEvent event = MarketEvent::kNone;

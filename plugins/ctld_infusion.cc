@@ -37,18 +37,26 @@ void count_infusion_op(Controller& c, const std::string& pool, const char* actio
 }
 
 // SIGKILL to replicas whose drain grace is over (they ended on their own
-// by then, usually: the kill then finds nothing, which is fine).
+// by then, usually: the kill then finds nothing, which is fine).  A killed
+// replica stays in c.draining (its deadline 0: killed) until the sample no
+// longer sees it running: it is ending, never picked again.
 void kill_drained(Controller& c, time_t now) {
-  for (auto it = c.draining.begin(); it != c.draining.end();) {
-    if (it->second > now) {
-      ++it;
-      continue;
-    }
-    int rc = planc::slurm::signal_job_rpc(it->first, SIGKILL);
+  for (auto& [id, when] : c.draining) {
+    if (!when || when > now) continue;
+    int rc = planc::slurm::signal_job_rpc(id, SIGKILL);
     if (rc != SLURM_SUCCESS && rc != ESLURM_ALREADY_DONE && rc != ESLURM_INVALID_JOB_ID)
-      error("%s: infusion: JobId=%u: kill after its drain grace failed: %s", plugin_type, it->first,
+      error("%s: infusion: JobId=%u: kill after its drain grace failed: %s", plugin_type, id,
             slurm_strerror(rc));
-    it = c.draining.erase(it);
+    when = 0;
+  }
+}
+
+// Forgets the replicas drained that no longer run.
+void forget_ended(Controller& c, const std::vector<planc::slurm::ReplicaJob>& replicas) {
+  for (auto it = c.draining.begin(); it != c.draining.end();) {
+    bool runs = false;
+    for (const auto& r : replicas) runs = runs || (r.job_id == it->first && r.running);
+    it = runs ? std::next(it) : c.draining.erase(it);
   }
 }
 
@@ -110,7 +118,8 @@ void reclaim_for(Controller& c, const std::vector<uint32_t>& jobs, time_t until)
 
 std::optional<time_t> infusion_next_kill(const Controller& c) {
   std::optional<time_t> at;
-  for (const auto& [id, when] : c.draining) at = std::min(at.value_or(when), when);
+  for (const auto& [id, when] : c.draining)
+    if (when) at = std::min(at.value_or(when), when);
   return at;
 }
 
@@ -145,6 +154,7 @@ void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Po
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<const planc::PoolConfig*> usable = usable_pools(c, cfg, reloaded);
   const std::vector<planc::slurm::ReplicaJob>& replicas = jobs.replicas;
+  forget_ended(c, replicas);
   c.replica_ids.clear();
   for (const auto& r : replicas) c.replica_ids.push_back(r.job_id);
   // Replicas per pool (not those ending: draining, or in a preemption),

@@ -76,9 +76,11 @@ bool apply(const planc::PlancConfig& cfg, job_record_t* job, const MarketStep& s
 // moves is changed, one per lock hold, after the decision is made again
 // from the job as it is under the write lock.  Keeps c.market_watch: the
 // matched winners not started yet (their win expires).
-void settle(Controller& c, const planc::PlancConfig& cfg,
-            const std::vector<planc::slurm::MarketJobView>& views,
-            const planc::MarketFloors* floors, int gpu_pos) {
+// Returns how many jobs it changed.
+size_t settle(Controller& c, const planc::PlancConfig& cfg,
+              const std::vector<planc::slurm::MarketJobView>& views,
+              const planc::MarketFloors* floors, int gpu_pos) {
+  size_t changed = 0;
   const time_t now = time(nullptr);
   const planc::MarketContext ctx = context(cfg, floors, now);
   for (const auto& v : views) {
@@ -107,6 +109,7 @@ void settle(Controller& c, const planc::PlancConfig& cfg,
     }
     unlock_slurmctld(locks);
     c.stats.market_updates++;
+    changed++;
     if (watch)
       c.market_watch.insert(v.job_id);
     else
@@ -114,6 +117,7 @@ void settle(Controller& c, const planc::PlancConfig& cfg,
     log_step(cfg, v.job_id, done);
     if (done.hold == planc::HoldAction::kRelease) queue_job_scheduler();
   }
+  return changed;
 }
 
 // Reads `ids` (or walks every job of the market when `walk`) under the job
@@ -159,9 +163,9 @@ void clear_round(Controller& c, const planc::PlancConfig& cfg, const planc::Mark
   const auto t_read = Clock::now();
   std::vector<planc::slurm::MarketJobView> views = read_market(c, gpu_pos, true, {});
   c.stats.round_read_usec = usec_since(t_read);
-  settle(c, cfg, views, &floors, gpu_pos);
-  // Read again what settling changed (rare): the bids are the lives now.
-  views = read_market(c, gpu_pos, true, {});
+  // Read again when settling changed something (rare): the bids are the
+  // lives now.
+  if (settle(c, cfg, views, &floors, gpu_pos)) views = read_market(c, gpu_pos, true, {});
   // Slurm tests no held job's dependencies: the market tests its bids'.
   for (auto& v : views) {
     if (!v.facts.dependency || !v.life || v.life->state != planc::MarketState::kWaiting) continue;

@@ -210,34 +210,28 @@ bool pinned_to_unavailable_node(const job_record_t* job) {
 // Why a pending guaranteed job waits (common/infusion.h).  REQUIRES the job
 // and node read locks.
 GuaranteedWait guaranteed_wait(const job_record_t* job) {
-  if (pinned_to_unavailable_node(job)) return GuaranteedWait::kUnavailableNode;
-  if (job->priority == 0) return GuaranteedWait::kHeld;
-  switch (job->state_reason) {
-    case WAIT_NO_REASON:
+  if (pinned_to_unavailable_node(job) || job->state_reason == WAIT_NODE_NOT_AVAIL)
+    return GuaranteedWait::kUnavailableNode;
+  // The 80% cap: the guaranteed partition QoS's GrpTRES on GPUs.
+  if (job->priority && job->state_reason == WAIT_QOS_GRP_GRES) return GuaranteedWait::kCapLimit;
+  switch (reason_of(job)) {
+    case PendingReason::kNone:
       return GuaranteedWait::kNotYet;
-    case WAIT_RESOURCES:
+    case PendingReason::kResources:
       return GuaranteedWait::kResources;
-    case WAIT_PRIORITY:
+    case PendingReason::kPriority:
       return GuaranteedWait::kPriority;
-    case WAIT_HELD:
-    case WAIT_HELD_USER:
+    case PendingReason::kHeld:
       return GuaranteedWait::kHeld;
-    case WAIT_DEPENDENCY:
-    case WAIT_DEP_INVALID:
+    case PendingReason::kDependency:
       return GuaranteedWait::kDependency;
-    case WAIT_TIME:
+    case PendingReason::kBeginTime:
       return GuaranteedWait::kBeginTime;
-    case WAIT_NODE_NOT_AVAIL:
-      return GuaranteedWait::kUnavailableNode;
-    case WAIT_QOS_GRP_GRES:  // the 80% cap: the guaranteed partition QoS's GrpTRES
-      return GuaranteedWait::kCapLimit;
+    case PendingReason::kAccountLimit:
+      return GuaranteedWait::kOtherLimit;
     default:
-      break;
+      return GuaranteedWait::kOther;
   }
-  const char* name = job_reason_string(static_cast<job_state_reason>(job->state_reason));
-  if (name && (!std::strncmp(name, "Assoc", 5) || !std::strncmp(name, "QOS", 3)))
-    return GuaranteedWait::kOtherLimit;
-  return GuaranteedWait::kOther;
 }
 
 // Whether the market should look at a pending job of its tier: it has no

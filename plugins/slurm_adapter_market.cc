@@ -73,6 +73,15 @@ int apply_market_hold(uint32_t job_id, HoldAction hold) {
       return hold_job_as_slurm_user(job_id, nullptr);
     case HoldAction::kRelease:
       return release_job_as_slurm_user(job_id, nullptr);
+    case HoldAction::kGiveToOwner:
+      // The owner's hold, as scontrol hold by its owner leaves it: theirs
+      // to release (Slurm lets an owner release only a user hold).
+      if (job_record_t* job = find_job_record(job_id); job && job->priority == 0) {
+        job->state_reason = WAIT_HELD_USER;
+        xfree(job->state_desc);
+        last_job_update = time(nullptr);
+      }
+      break;
     case HoldAction::kKeep:
       break;
   }

@@ -172,10 +172,12 @@ void worker(Controller* cp, planc::ConfigWatch watch) {
         c.idle.observe(time(nullptr),
                        static_cast<uint32_t>(pool.pool_gpus > busy ? pool.pool_gpus - busy : 0),
                        static_cast<uint32_t>(pool.pool_gpus));
-        infusion_tick(c, cfg, pool, infusion_jobs, reloaded_since_sample);
+        // The market first: it opens (its floor keeper) before infusion
+        // may ask it for a round, which comes at the next sample.
         market_ids.insert(market_ids.end(), notices.begin(), notices.end());
         notices.clear();
         market_tick(c, cfg, pool, reloaded_since_sample, gpu_pos, std::move(market_ids));
+        infusion_tick(c, cfg, pool, infusion_jobs, reloaded_since_sample);
         reloaded_since_sample = false;
         write_metrics(c, pool, watch);
         if (!text.empty()) {

@@ -63,3 +63,17 @@ def small_cluster():
     c = start_cluster(o)
     yield c
     stop_cluster(c)
+
+
+# The longest modules first: pytest-xdist (--dist loadfile) hands each
+# module to the next free worker in collection order, so a long module
+# collected last would run alone at the end.
+LONG_FIRST = ("test_replay.py", "test_billing.py", "test_infusion.py", "test_market.py",
+              "test_market_life.py", "test_preempt.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item):
+        name = os.path.basename(str(item.fspath))
+        return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
+    items.sort(key=rank)  # stable: the order within a module is kept

@@ -133,12 +133,13 @@ def test_planc_conf_check_asks_slurmdbd_whether_a_pools_account_may_use_its_tier
         path.write_text(example + pool + "\n")
         return str(path), cluster.run(tool, "check", str(path))
 
-    path, ok = check("Pool=maas Tier=P1 Account=acct-api User=root "
-                     f"Script={ROOT}/etc/pools/serve.sh MaxReplicas=4 DrainGrace=20s")
+    serve = f"{ROOT}/etc/pools/serve.sh"
+    path, ok = check("Pool=maas Tier=P1 Account=acct-api User=pcpool "
+                     f"Script={serve} MaxReplicas=4 DrainGrace=20s")
     assert ok.returncode == 0, ok.stderr
-    assert f"maas             P1   acct-api         root         1    0   4   20s   {ROOT}/etc/" \
-        "pools/serve.sh\n" in ok.stdout, ok.stdout
-    path, no = check("Pool=maas Tier=P1 Account=acct-spot User=pcbob Script=/srv/serve.sh")
+    assert f"maas             P1   acct-api         pcpool       1    0   4   20s   {serve}\n" \
+        in ok.stdout, ok.stdout
+    path, no = check(f"Pool=maas Tier=P1 Account=acct-spot User=pcbob Script={serve}")
     assert no.returncode == 1
     msg = [l for l in no.stderr.splitlines() if l.startswith("planc-conf: ")
            and "warning" not in l]
@@ -151,7 +152,7 @@ def test_planc_conf_check_asks_slurmdbd_whether_a_pools_account_may_use_its_tier
     assert advice == ("(sacctmgr modify user pcbob account=acct-spot set "
                       "qos+=p1-guaranteed)"), msg
     assert f"{path}: OK" not in no.stdout
-    path, none = check("Pool=maas Tier=P3 Account=acct-api User=pcbob Script=/srv/serve.sh")
+    path, none = check(f"Pool=maas Tier=P3 Account=acct-api User=pcbob Script={serve}")
     assert none.returncode == 1
     assert (f"planc-conf: {path}:{n}: pool 'maas': user pcbob has no association in account "
             "acct-api (sacctmgr add user pcbob account=acct-api qos=p3-spot)") in none.stderr, \

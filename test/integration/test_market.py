@@ -602,3 +602,37 @@ def test_a_matched_job_preempted_and_requeued_bids_again(typed_market):
     assert life_field(comment, "price") == "10.00", comment
     assert life_field(comment, "round") not in (first, r["MarketLastRound"]), comment
     c.cancel_all()
+
+
+def test_a_change_of_gpu_type_sends_a_winner_back_to_bid(typed_market):
+    """An A100 bid wins while the A100 node is drained (the market counts
+    its GPUs), so it cannot start; its owner then asks for H800 cards: the
+    win was an A100 one, so the job is held in the same update and bids
+    again (reason=changed), never to run at the A100 price.  (Slurm 22.05
+    itself leaves a pending job whose TresPerNode changes GPU type unable
+    to run, BadConstraints; the market's part is that it is not released
+    at its old price.)"""
+    c = typed_market
+    c.cancel_all()
+    _INTERVAL["seconds"] = 10
+    c.run("scontrol", "update", "nodename=gpu2", "state=drain", "reason=planc-test", check=True)
+    try:
+        j, p = c.sbatch("-A", "acct-spot", "--qos=p2-spot", "--gres=gpu:a100:8", "--bid=11",
+                        "--wrap", "sleep 600", user="pcbob")
+        assert j, p.stderr
+        c.wait_for("the A100 win", lambda: life_field(admin_comment(c, j), "state") == "matched",
+                   timeout=60)
+        assert life_field(admin_comment(c, j), "type") == "a100"
+        assert c.state(j) == "PENDING"
+        c.run("scontrol", "update", f"jobid={j}", "TresPerNode=gres:gpu:h800:8", user="pcbob",
+              check=True)
+        comment = admin_comment(c, j)
+        assert (life_field(comment, "state"), life_field(comment, "reason")) == (
+            "waiting", "changed"), comment
+        # Held (priority 0: Slurm starts no held job), whatever reason
+        # squeue shows.
+        prio, state = c.squeue_field(j, "%Q %T").split()
+        assert (prio, state) == ("0", "PENDING"), c.squeue_field(j, "%Q %r")
+    finally:
+        c.run("scontrol", "update", "nodename=gpu2", "state=resume", check=True)
+    c.cancel_all()

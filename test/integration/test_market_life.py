@@ -153,7 +153,10 @@ def test_a_win_covers_one_run(market, how):
     comment = admin_comment(c, j)
     assert (life_field(comment, "state"), life_field(comment, "reason")) == (
         "waiting", "requeued"), comment
-    assert c.state(j) == "PENDING" and c.squeue_field(j, "%r") not in ("None", "BeginTime")
+    # Pending again once its node has cleaned up, held all along.
+    c.wait_for("the job pending", lambda: c.state(j) == "PENDING", timeout=30)
+    assert c.squeue_field(j, "%r") in ("JobHeldUser", "JobHeldAdmin",
+                                       "job requeued in held state"), c.squeue_field(j, "%r")
     if how == "requeuehold and release":
         # Slurm's requeuehold is its owner's hold: out of the rounds until
         # the owner releases it (the round that looks says so).
@@ -258,6 +261,42 @@ def test_one_bid_cannot_block_a_round(market):
     c.cancel_all()
 
 
+def test_a_change_of_gpus_sends_a_winner_back_to_bid(market):
+    """A bid pinned to a drained node wins (the market counts the node's
+    GPUs) but cannot start; its owner asks for 2 GPUs instead of 1: the win
+    was for 1, so it is held in the same update and bids again
+    (reason=changed).  The node back, it wins a later round and its run is
+    billed at that round's price, for 2 cards."""
+    c = market
+    c.cancel_all()
+    c.reload_planc_conf(["Market=yes", "MarketInterval=20s"])
+    c.run("scontrol", "update", "nodename=gpu1", "state=drain", "reason=planc-test", check=True)
+    try:
+        j, p = c.sbatch("-A", "acct-spot", "--qos=p2-spot", "-w", "gpu1", "--gres=gpu:1",
+                        "--bid=15", "--wrap", "sleep 300", user="pcbob")
+        assert j, p.stderr
+        c.wait_for("a win", lambda: life_field(admin_comment(c, j), "state") == "matched",
+                   timeout=60)
+        assert c.state(j) == "PENDING"
+        first = admin_comment(c, j)
+        c.run("scontrol", "update", f"jobid={j}", "TresPerNode=gres:gpu:2", user="pcbob",
+              check=True)
+        comment = admin_comment(c, j)
+        assert (life_field(comment, "state"), life_field(comment, "reason")) == (
+            "waiting", "changed"), comment
+        assert c.squeue_field(j, "%r") in ("JobHeldUser", "JobHeldAdmin")
+    finally:
+        c.run("scontrol", "update", "nodename=gpu1", "state=resume", check=True)
+    running_for_a_second(c, j)
+    second = admin_comment(c, j)
+    assert (life_field(second, "state"), life_field(second, "gpus")) == ("matched", "2"), second
+    assert life_field(second, "round") != life_field(first, "round"), (first, second)
+    c.run("scancel", j, check=True)
+    ((_, card_price, note),) = bills(c, j, 1)
+    assert card_price == f"{float(life_field(second, 'price')):.6f}", (card_price, second)
+    c.reload_planc_conf(["Market=yes", "MarketInterval=3s"])
+
+
 def test_job_arrays_cannot_bid(market):
     """An array bids as one job but would run as many: refused while the
     market is open, at submission and when moved into P2."""
@@ -328,3 +367,76 @@ def test_a_bid_takes_part_once_its_dependency_is_met(market):
                timeout=60)
     assert life_field(admin_comment(c, j), "state") == "matched"
     c.cancel_all()
+
+
+def test_the_fallback_rechecks_the_account(small_cluster):
+    """--spot-fallback moves a preempted job as SlurmUser, which skips
+    Slurm's own check of the QoS against the account: a job moved by its
+    owner to an account without a guaranteed tier, then preempted, is not
+    moved to P1; its mark says why, and it stays in P3."""
+    c = small_cluster
+    c.cancel_all()
+    c.reload_planc_conf([])
+    j, p = c.sbatch("-A", "acct-api", "--qos=p3-spot", "--gres=gpu:4", "--spot-fallback", "--hold",
+                    "--wrap", "sleep 600", user="pccarol")
+    assert j, p.stderr
+    c.run("scontrol", "update", f"jobid={j}", "Account=acct-nodefault", user="pccarol", check=True)
+    c.run("scontrol", "release", j, user="pccarol", check=True)
+    c.wait_for("the P3 job to run", lambda: c.state(j) == "RUNNING", timeout=60)
+    p0, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--gres=gpu:6", "--wrap", "sleep 600",
+                     user="pcalice")
+    assert p0, p.stderr
+    c.wait_for("the P0 job to run", lambda: c.state(p0) == "RUNNING", timeout=60)
+    c.wait_for("the refusal in the mark", lambda: "not moved to P1 (p1-guaranteed): account "
+               "acct-nodefault may not use p1-guaranteed; the job stays in P3" in
+               admin_comment(c, j), timeout=30)
+    assert c.squeue_field(j, "%q %T %a") == "p3-spot PENDING acct-nodefault"
+    c.cancel_all()
+
+
+def test_a_restart_between_a_preemption_and_its_requeue_keeps_the_fallback_and_the_rebid(
+        small_cluster):
+    """slurmctld restarts while a --spot-fallback P3 job and a matched P2 job
+    sit in their preemption's grace (P3's GraceTime raised to 20 s here):
+    after the restart the P3 job still comes back in P1 (the move was saved
+    with the preemption state) and the P2 job still bids again, held (its
+    market life is in its mark)."""
+    c = small_cluster
+    c.cancel_all()
+    conf = ["Market=yes", "MarketInterval=3s",
+            "Tier=P3 QOS=p3-spot Aliases=p3,plan-b-spot,batch Priority=1000 Preemptible=yes "
+            "Preempts=none GraceTime=20 PriceFactor=0.40 Product=\"Plan B spot API and batch\"",
+            "Tier=P2 QOS=p2-spot Aliases=p2,plan-a-spot,elastic Priority=5000 Preemptible=yes "
+            "Preempts=P3 GraceTime=20 PriceFactor=0.35 Product=\"Plan A spot instances and elastic "
+            "training\""]
+    c.reload_planc_conf(conf)
+    spot, p = c.sbatch("-A", "acct-api", "--qos=p3-spot", "--gres=gpu:4", "--spot-fallback",
+                       "--wrap", "trap '' TERM; sleep 600", user="pccarol")
+    assert spot, p.stderr
+    bid, p = c.sbatch("-A", "acct-spot", "--qos=p2-spot", "--gres=gpu:4", "--bid=15", "--wrap",
+                      "trap '' TERM; sleep 600", user="pcbob")
+    assert bid, p.stderr
+    c.wait_for("both to run", lambda: c.state(spot) == "RUNNING" and c.state(bid) == "RUNNING",
+               timeout=60)
+    assert life_field(admin_comment(c, bid), "state") == "matched"
+    # 6 GPUs (the 80% cap of one node): both 4-GPU jobs must go.
+    p0, p = c.sbatch("-A", "acct-lease", "--qos=p0-lease", "--gres=gpu:6", "--wrap", "sleep 600",
+                     user="pcalice")
+    assert p0, p.stderr
+    c.wait_for("both in their grace", lambda: all(
+        "planc: preempted" in admin_comment(c, j) for j in (spot, bid)), timeout=60)
+    offset = c.log_offset()
+    c.ctl("restart-ctld")
+    c.wait_for("the P0 job to run", lambda: c.state(p0) == "RUNNING", timeout=90)
+    c.wait_for("the P3 job back in p1-guaranteed",
+               lambda: c.squeue_field(spot, "%q") == "p1-guaranteed", timeout=60)
+    # The P2 job was held at its requeue and bid again: its life is for its
+    # next run now (a later round may have matched it already; the P0 job
+    # keeps it from starting).
+    c.wait_for("the requeue's hold", lambda: f"slurmctld/planc: market: JobId={bid} requeued: "
+               "held, it bids again" in c.log_since(offset), timeout=60)
+    comment = admin_comment(c, bid)
+    assert life_field(comment, "state") == "waiting" or life_field(comment, "run") == "1", comment
+    assert c.state(bid) == "PENDING"
+    c.cancel_all()
+    c.reload_planc_conf([])

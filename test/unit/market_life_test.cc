@@ -256,10 +256,10 @@ TEST(MarketLifeTest, TheMarketClosingReleasesBidsAndOpeningTakesThemBack) {
   EXPECT_EQ(s.hold, HoldAction::kRelease);
   EXPECT_EQ(s.life->state, MarketState::kReleased);
   EXPECT_EQ(s.life->reason, MarketReason::kMarketClosed);
-  // Its owner's hold stays theirs.
+  // Its owner's hold stays theirs (handed to them: theirs to release).
   MarketLife owned = waiting_life();
   owned.owner_hold = true;
-  EXPECT_EQ(reconcile(owned, pending(0, true), closed.ctx).hold, HoldAction::kKeep);
+  EXPECT_EQ(reconcile(owned, pending(0, true), closed.ctx).hold, HoldAction::kGiveToOwner);
   // Open again: a released job still waiting bids.
   Market open(T0 + 10);
   s = reconcile(s.life, pending(0, false), open.ctx);
@@ -279,7 +279,7 @@ TEST(MarketLifeTest, LeavingP2ForgetsTheLifeAndReleasesTheMarketsHold) {
   EXPECT_EQ(s.hold, HoldAction::kRelease);
   MarketLife owned = waiting_life();
   owned.owner_hold = true;
-  EXPECT_EQ(reconcile(owned, f, m.ctx).hold, HoldAction::kKeep);
+  EXPECT_EQ(reconcile(owned, f, m.ctx).hold, HoldAction::kGiveToOwner);
   // A run priced in P2 keeps its mark for its bill.
   MarketFacts r = running(0);
   r.in_market_tier = false;
