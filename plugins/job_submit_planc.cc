@@ -316,8 +316,9 @@ PLANC_EXPORT int job_submit(job_desc_msg_t* job_desc, uint32_t submit_uid, char*
     if (m.life) planc::slurm::mark_for_market(*m.life, cfg.prices.currency, m.hold, job_desc);
     // A guaranteed job: capacity infusion may have to give GPUs back for
     // it, at once rather than at the next sample.
+    // (Not a replica infusion submits itself: it knows.)
     if (cfg.infusion.enabled && d.tier && !d.tier->preemptible && ctld_loaded(time(nullptr)) &&
-        g_sample_now)
+        g_sample_now && !planc::slurm::is_replica_submission(job_desc))
       g_sample_now();
     if (!m.fallback.empty()) planc::slurm::mark_for_fallback(m.fallback, job_desc);
     if (!m.note.empty() && err_msg) *err_msg = xstrdup(m.note.c_str());

@@ -62,6 +62,18 @@ bool fallback_pending(const job_record_t* job) {
   return job->admin_comment && planc::fallback_pending(job->admin_comment);
 }
 
+namespace {
+// The job's AdminComment, written in place (the job write lock held): an
+// update RPC of a job slurmctld is requeueing may be refused (its
+// accounting record is being set), and the refusal's note must not be
+// lost with it.
+void set_admin_comment(job_record_t* job, const std::string& comment) {
+  xfree(job->admin_comment);
+  job->admin_comment = xstrdup(comment.c_str());
+  last_job_update = time(nullptr);
+}
+}  // namespace
+
 FallbackResult apply_fallback(const PlancConfig& cfg, const QosTierCache& tiers, uint32_t job_id,
                               uint32_t run, time_t now) {
   using K = FallbackResult::Kind;
@@ -90,7 +102,7 @@ FallbackResult apply_fallback(const PlancConfig& cfg, const QosTierCache& tiers,
     r.why = "account " + ent.account + " may not use " + cfg.tiers.tier(r.to).qos;
     const std::string refused = with_tagged_mark(
         comment, kFallbackTag, fallback_refused_mark(cfg, r.from, r.to, now, r.why));
-    update_job_as_slurm_user(job_id, nullptr, refused.c_str());
+    set_admin_comment(job, refused);
     return r;
   }
   const std::string moved = remove_free_attempt_mark(
@@ -104,7 +116,7 @@ FallbackResult apply_fallback(const PlancConfig& cfg, const QosTierCache& tiers,
   r.why = slurm_strerror(rc);
   const std::string refused =
       with_tagged_mark(comment, kFallbackTag, fallback_refused_mark(cfg, r.from, r.to, now, r.why));
-  update_job_as_slurm_user(job_id, nullptr, refused.c_str());
+  set_admin_comment(job, refused);
   return r;
 }
 

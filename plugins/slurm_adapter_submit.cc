@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/infusion.h"
 #include "common/job_marks.h"
 #include "common/market.h"
 #include "plugins/slurm_adapter_internal.h"
@@ -172,6 +173,10 @@ void mark_for_market(const MarketLife& life, const std::string& currency, bool h
                      job_desc_msg_t* desc) {
   if (hold) desc->priority = 0;
   put_mark(desc, kMarketTag, serialize_life(life, currency));
+}
+
+bool is_replica_submission(const job_desc_msg_t* desc) {
+  return desc->admin_comment && read_infused_mark(desc->admin_comment).has_value();
 }
 
 void mark_for_fallback(const std::string& mark, job_desc_msg_t* desc) {

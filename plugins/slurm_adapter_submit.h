@@ -55,6 +55,9 @@ void apply_market_verdict(const MarketUpdateVerdict& v, job_desc_msg_t* desc);
 // holds it for the market's next round.
 void mark_for_market(const MarketLife& life, const std::string& currency, bool hold,
                      job_desc_msg_t* desc);
+// Whether a new job is a replica capacity infusion submits (its infused
+// mark set by slurmctld/planc: users cannot set AdminComment).
+bool is_replica_submission(const job_desc_msg_t* desc);
 // Puts the spot-fallback mark (common/job_marks.h) in a new job's
 // AdminComment and makes it requeue when preempted.
 void mark_for_fallback(const std::string& mark, job_desc_msg_t* desc);

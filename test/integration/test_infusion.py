@@ -96,8 +96,10 @@ def test_idle_grows_the_pools_within_the_cooldown_and_the_hourly_limit(infusion)
                      r"round now", log), log
     cfg = c.wait_for("a market round", lambda: (lambda m: m if m.get("MarketLastRound", "none yet")
                                                 != "none yet" else None)(ctld_config(c)))
-    # The replicas, as squeue shows them: the pool's user, account and tier.
-    reps = replicas(c)
+    # The replicas, as squeue shows them: the pool's user, account and tier
+    # (the last grown a moment ago: once Slurm has started it).
+    reps = c.wait_for("four replicas running", lambda: (lambda r: r if len(r) == 4 and all(
+        v[4] == "RUNNING" for v in r.values()) else None)(replicas(c)), timeout=60)
     assert sorted(reps.values()) == sorted(
         [("planc-pool-spotapi", "pcpool", "acct-api", "p3-spot", "RUNNING")] * 2 +
         [("planc-pool-api", "pcpool", "acct-api", "p1-guaranteed", "RUNNING")] * 2), reps
