@@ -278,10 +278,21 @@ std::vector<TypedRound> plan_round(const RoundPlanInput& in) {
     offer.total -= s.gpus;
     if (auto it = offer.by_type.find(s.gpu_type); it != offer.by_type.end()) it->second -= s.gpus;
   }
-  // Bid indices per market; "" is the default market.
+  // Bid indices per market; "" is the default market.  Every bid in one
+  // market (the usual: no GPU types, or every bid names the same) needs no
+  // index: that market is cleared in place.
   std::map<std::string, std::vector<uint32_t>> by_market;
   for (const auto& [type, free] : offer.by_type) by_market[type];
-  for (uint32_t i = 0; i < bids.size(); i++) by_market[bids[i].gpu_type].push_back(i);
+  bool one_market = true;
+  for (const MarketBid& b : bids)
+    if (b.gpu_type != bids.front().gpu_type) {
+      one_market = false;
+      break;
+    }
+  if (one_market && !bids.empty())
+    by_market[bids.front().gpu_type];  // its members: every bid (below)
+  else
+    for (uint32_t i = 0; i < bids.size(); i++) by_market[bids[i].gpu_type].push_back(i);
   auto clamp = [](int64_t v) {
     return static_cast<uint32_t>(std::clamp<int64_t>(v, 0, UINT32_MAX));
   };
@@ -290,7 +301,8 @@ std::vector<TypedRound> plan_round(const RoundPlanInput& in) {
   auto clear_one = [&](const std::string& type, const std::vector<uint32_t>& members,
                        int64_t capacity, int64_t reachable) {
     // Every bid in one market (the usual): cleared in place, no copy.
-    const bool all = members.size() == bids.size();
+    const bool all = (one_market && !bids.empty() && type == bids.front().gpu_type) ||
+                     (!bids.empty() && members.size() == bids.size());
     std::vector<MarketBid> sub;
     if (!all) {
       sub.reserve(members.size());

@@ -180,6 +180,8 @@ void clear_round(Controller& c, const planc::PlancConfig& cfg, const planc::Mark
   const planc::MarketContext ctx = context(cfg, &floors, now);
   std::vector<planc::MarketBid> bids;
   std::vector<const planc::slurm::MarketJobView*> bidder;  // bids[i] is bidder[i]'s
+  bids.reserve(views.size());
+  bidder.reserve(views.size());
   planc::RoundPlanInput in;
   for (const auto& v : views) {
     if (!v.life || !v.facts.in_market_tier || v.facts.free_attempt ||
@@ -210,9 +212,11 @@ void clear_round(Controller& c, const planc::PlancConfig& cfg, const planc::Mark
   in.prices = &cfg.prices;
   in.now = now;
   in.reserve_after = cfg.market.reserve_after_seconds;
+  c.stats.round_prepare_usec = usec_since(t_clear);
+  const auto t_plan = Clock::now();
   std::vector<planc::TypedRound> rounds = planc::plan_round(in);
   c.stats.market_rounds++;
-  c.stats.round_clear_usec = usec_since(t_clear);
+  c.stats.round_clear_usec = usec_since(t_plan);
   if (!c.market_dir.empty()) {
     // Names slurmctld had not filled in, resolved here outside the locks,
     // once per uid: a round's thousands of bids come from a few users.

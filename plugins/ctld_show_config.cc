@@ -67,6 +67,8 @@ void show_config(Controller& c, config_plugin_params_t* p) {
       add_pair(p->key_pairs, "MarketJobUpdates", std::to_string(c.stats.market_updates.load()));
       add_pair(p->key_pairs, "MarketRoundBids", std::to_string(c.stats.round_bids.load()));
       add_pair(p->key_pairs, "MarketRoundReadUsec", std::to_string(c.stats.round_read_usec.load()));
+      add_pair(p->key_pairs, "MarketRoundPrepareUsec",
+               std::to_string(c.stats.round_prepare_usec.load()));
       add_pair(p->key_pairs, "MarketRoundClearUsec",
                std::to_string(c.stats.round_clear_usec.load()));
       add_pair(p->key_pairs, "MarketRoundUpdateUsec",

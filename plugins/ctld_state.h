@@ -84,6 +84,9 @@ struct CtldStats {
   // lock), the clearing itself (no lock), and the updates (job write locks,
   // each held for one update), in microseconds.
   std::atomic<uint64_t> market_rounds{0}, market_matched{0}, market_updates{0};
+  // The clearing is plan_round alone; preparing is building its bids from
+  // the jobs read (no lock).
+  std::atomic<uint64_t> round_prepare_usec{0};
   std::atomic<uint64_t> round_read_usec{0}, round_clear_usec{0}, round_update_usec{0},
       round_bids{0}, round_total_usec{0};
   // Round records (recorder): stored, set aside, waiting.
