@@ -233,4 +233,11 @@ std::vector<uint32_t> orphan_replicas(const std::vector<ReplicaView>& replicas,
   return out;
 }
 
+std::vector<uint32_t> pending_replicas(const std::vector<ReplicaView>& replicas) {
+  std::vector<uint32_t> out;
+  for (const ReplicaView& r : replicas)
+    if (!r.running && !r.ending) out.push_back(r.job_id);
+  return out;
+}
+
 }  // namespace planc

@@ -202,6 +202,12 @@ std::optional<uint32_t> shrink_victim(const std::vector<ReplicaView>& replicas,
 // controller drains them.
 std::vector<uint32_t> orphan_replicas(const std::vector<ReplicaView>& replicas,
                                       const std::vector<ServingPool>& pools);
+// Replicas not started yet (and not ending): while guaranteed work waits
+// for GPUs the controller cancels them.  A pending replica frees nothing,
+// and it would compete with the guaranteed job for the GPUs being freed
+// (as a P1 job it may even preempt spot work for them); the pool grows
+// again from idle GPUs once nothing guaranteed waits.
+std::vector<uint32_t> pending_replicas(const std::vector<ReplicaView>& replicas);
 
 }  // namespace planc
 

@@ -211,6 +211,20 @@ void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Po
   planc::GuaranteedNeed need;
   need.waiting = demand.gpus > 0;
   need.reclaim = demand.gpus > open + freeing;
+  // A replica not started yet only competes with what waits: cancelled.
+  if (need.waiting)
+    for (uint32_t id : planc::pending_replicas(views))
+      for (const auto& r : replicas)
+        if (r.job_id == id && drain(c, r, 0, now) == SLURM_SUCCESS) {
+          info(
+              "%s: infusion: JobId=%u: a pending replica of pool %s cancelled: guaranteed jobs "
+              "wait for GPUs (the pool grows again from idle GPUs when nothing guaranteed waits)",
+              plugin_type, id, r.pool.c_str());
+          for (planc::ServingPool& sp : pools)
+            if (sp.name == r.pool && sp.replicas) sp.replicas--;
+          for (planc::ReplicaView& v : views)
+            if (v.job_id == id) v.ending = true;
+        }
   {
     std::string text;
     for (const planc::ServingPool& sp : pools)

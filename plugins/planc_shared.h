@@ -21,7 +21,8 @@
 //   planc_sample_now_v1       job_submit/planc: a guaranteed job was
 //                             submitted (infusion gives GPUs back now);
 //   planc_reclaiming_for_v1   preempt/planc asks whether infusion is giving
-//                             replicas back for a guaranteed job.
+//                             replicas back for a guaranteed job (job id
+//                             0: for any job).
 #ifndef PLANC_PLUGINS_PLANC_SHARED_H_
 #define PLANC_PLUGINS_PLANC_SHARED_H_
 
@@ -113,35 +114,31 @@ inline void* find_plugin_symbol(const char* object, const char* symbol) {
   return dlsym(handle, symbol);
 }
 
-// The query function of the loaded slurmctld/planc, or nullptr when it is
-// not loaded.
+// A call of the loaded slurmctld/planc, or nullptr when it is not loaded.
+template <typename Fn>
+inline Fn find_ctld_call(const char* symbol) {
+  return reinterpret_cast<Fn>(find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, symbol));
+}
 inline planc_spot_used_fn find_spot_used() {
-  return reinterpret_cast<planc_spot_used_fn>(
-      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_SPOT_USED_SYMBOL));
+  return find_ctld_call<planc_spot_used_fn>(PLANC_SPOT_USED_SYMBOL);
 }
 inline planc_market_floor_fn find_market_floor() {
-  return reinterpret_cast<planc_market_floor_fn>(
-      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_MARKET_FLOOR_SYMBOL));
+  return find_ctld_call<planc_market_floor_fn>(PLANC_MARKET_FLOOR_SYMBOL);
 }
 inline planc_market_notice_fn find_market_notice() {
-  return reinterpret_cast<planc_market_notice_fn>(
-      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_MARKET_NOTICE_SYMBOL));
+  return find_ctld_call<planc_market_notice_fn>(PLANC_MARKET_NOTICE_SYMBOL);
 }
 inline planc_sample_now_fn find_sample_now() {
-  return reinterpret_cast<planc_sample_now_fn>(
-      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_SAMPLE_NOW_SYMBOL));
+  return find_ctld_call<planc_sample_now_fn>(PLANC_SAMPLE_NOW_SYMBOL);
 }
 inline planc_reclaiming_for_fn find_reclaiming_for() {
-  return reinterpret_cast<planc_reclaiming_for_fn>(
-      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_RECLAIMING_FOR_SYMBOL));
+  return find_ctld_call<planc_reclaiming_for_fn>(PLANC_RECLAIMING_FOR_SYMBOL);
 }
 inline planc_market_run_end_fn find_market_run_end() {
-  return reinterpret_cast<planc_market_run_end_fn>(
-      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_MARKET_RUN_END_SYMBOL));
+  return find_ctld_call<planc_market_run_end_fn>(PLANC_MARKET_RUN_END_SYMBOL);
 }
 inline planc_spot_refused_fn find_spot_refused() {
-  return reinterpret_cast<planc_spot_refused_fn>(
-      find_plugin_symbol(PLANC_SLURMCTLD_OBJECT, PLANC_SPOT_REFUSED_SYMBOL));
+  return find_ctld_call<planc_spot_refused_fn>(PLANC_SPOT_REFUSED_SYMBOL);
 }
 
 }  // namespace planc

@@ -101,11 +101,14 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
       return false;
     // Capacity infusion is giving replicas back for this guaranteed job:
     // their GPUs are being freed for it, nothing else is preempted for it
-    // meanwhile (not a job on another node while a replica's node
-    // completes).
-    if (!er->preemptible && !planc::slurm::infused_mark_of(preemptee))
-      if (auto reclaiming = g->reclaiming_for.load(std::memory_order_relaxed))
-        if (reclaiming(preemptor->job_id)) return false;
+    // meanwhile (not a job on another node, nor another replica, while the
+    // drained replica's node completes).  Nor does a replica preempt
+    // anything then: the GPUs are for the guaranteed job.
+    if (!er->preemptible)
+      if (auto reclaiming = g->reclaiming_for.load(std::memory_order_relaxed)) {
+        const bool replica = planc::slurm::infused_mark_of(preemptor).has_value();
+        if (reclaiming(replica ? 0 : preemptor->job_id)) return false;
+      }
     g->last_preemptor = preemptor->job_id;
     g->last_preemptor_tier = er->id;
     if (!g->in_ledger.maybe_contains(preemptee->job_id)) return true;

@@ -75,6 +75,11 @@ constexpr int kSpotSampleSeconds = 5;
 // A sample asked for between two samples (a notice, a guaranteed
 // submission) comes at most this soon after the last one.
 constexpr auto kMinSampleGap = std::chrono::milliseconds(200);
+// job_submit/planc asks for a sample before Slurm has made the job (the
+// submit hook runs under a read lock, the job is made under the write lock
+// that follows): a guaranteed submission is sampled at once and again this
+// long after, when the job exists.
+constexpr auto kSubmitFollowUp = std::chrono::seconds(1);
 using Clock = std::chrono::steady_clock;
 
 // The controller (plugins/ctld_state.h): made by the first init(), never
@@ -106,8 +111,10 @@ bool reload(Controller& c, planc::ConfigWatch* watch) {
 // The earliest moment the worker must act on its own: the next sample, the
 // next scan, a drain grace that ends (its SIGKILL is due to the second).
 Clock::time_point next_wake(const Controller& c, Clock::time_point next_scan,
-                            Clock::time_point next_sample) {
+                            Clock::time_point next_sample,
+                            std::optional<Clock::time_point> follow_up) {
   auto at = std::min(next_scan, next_sample);
+  if (follow_up) at = std::min(at, *follow_up);
   if (auto due = infusion_next_kill(c)) {
     const auto in = std::chrono::seconds(std::max<time_t>(0, *due - time(nullptr)));
     at = std::min(at, Clock::now() + in);
@@ -124,10 +131,12 @@ void worker(Controller* cp, planc::ConfigWatch watch) {
   std::string written;
   bool hook_warned = false;
   bool reloaded_since_sample = false;
+  std::optional<Clock::time_point> follow_up;
   planc::MutexLock l(c.mu);
   while (!c.stop) {
     while (!c.stop && c.notices.empty() && !c.sample_now &&
-           c.cv.wait_until(l, next_wake(c, next_scan, next_sample)) == std::cv_status::no_timeout) {
+           c.cv.wait_until(l, next_wake(c, next_scan, next_sample, follow_up)) ==
+               std::cv_status::no_timeout) {
     }
     if (c.stop) break;
     // What job_submit/planc told: the market looks at those jobs, and a
@@ -136,6 +145,7 @@ void worker(Controller* cp, planc::ConfigWatch watch) {
     std::vector<uint32_t> notices;
     notices.swap(c.notices);
     const bool asked = c.sample_now || !notices.empty();
+    if (c.sample_now) follow_up = Clock::now() + kSubmitFollowUp;
     c.sample_now = false;
     l.unlock();
     try {
@@ -152,6 +162,10 @@ void worker(Controller* cp, planc::ConfigWatch watch) {
         next_scan =
             std::min(next_scan, now + std::chrono::seconds(cfg.starvation_interval_seconds));
       if (asked) next_sample = std::min(next_sample, last_sample + kMinSampleGap);
+      if (follow_up && now >= *follow_up) {
+        next_sample = std::min(next_sample, now);
+        follow_up.reset();
+      }
       const bool drain_due = infusion_next_kill(c) && *infusion_next_kill(c) <= time(nullptr);
       if (now >= next_sample || drain_due) {
         if (now >= next_sample) {
@@ -266,6 +280,7 @@ PLANC_EXPORT void planc_sample_now_v1(void) {
 PLANC_EXPORT int planc_reclaiming_for_v1(uint32_t job_id) {
   Controller* cp = planc::ctld::controller();
   if (!cp || !cp->any_reclaim.load(std::memory_order_relaxed)) return 0;
+  if (!job_id) return 1;
   return planc::ctld::reclaiming_for(*cp, job_id, time(nullptr)) ? 1 : 0;
 }
 

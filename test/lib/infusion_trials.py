@@ -95,7 +95,10 @@ def p0_trial(c, case, cooldown):
     log = c.log_since(offset)
     drained = re.findall(r"slurmctld/planc: infusion: gave back pool api to \d+ replica\(s\) "
                          r"\(JobId=(\d+) SIGTERM", log)
-    grown = re.findall(r"slurmctld/planc: infusion: grew pool api", log)
+    # Grown while it waited: after slurmctld logged its submission (a pool
+    # may grow between the settings' reload and the submission).
+    submitted = log.find(f"_slurm_rpc_submit_batch_job: JobId={p0} ")
+    grown = re.findall(r"slurmctld/planc: infusion: grew pool api", log[max(submitted, 0):])
     preempted = [j for j in others if re.search(rf"JobId={j} \(P\d\) preempted by", log)]
     untouched = all(c.state(j) == "RUNNING" for j in others) and not preempted
     result = {"case": case, "cooldown": cooldown, "latency": latency, "drained": drained,

@@ -255,6 +255,16 @@ TEST(InfusionVictimTest, NeverOneAlreadyEndingNewestFirst) {
   EXPECT_EQ(orphan_replicas(r, pools), (std::vector<uint32_t>{14}));
 }
 
+TEST(InfusionTest, PendingReplicasAreTheOnesNotStartedAndNotEnding) {
+  std::vector<ReplicaView> r = {{10, "api", true, false},
+                                {11, "api", false, false},
+                                {12, "api", false, true},
+                                {13, "spot", false, false}};
+  EXPECT_EQ(pending_replicas(r), (std::vector<uint32_t>{11, 13}));
+  r[1].ending = r[3].running = true;
+  EXPECT_TRUE(pending_replicas(r).empty());
+}
+
 TEST(InfusionTest, TheHysteresisIsAtLeastOneReplicasShare) {
   // 8-GPU replicas on 32 GPUs: a replica is 25% of the pool.  At 0% idle a
   // shrink would leave 25% idle, above 5%: the next grow would undo it.
