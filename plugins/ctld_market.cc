@@ -58,12 +58,18 @@ void log_step(const planc::PlancConfig& cfg, uint32_t job_id, const MarketStep& 
          std::string(planc::event_name(s.event)).c_str(), what.c_str());
 }
 
-// Writes a step into the job (its life, then its hold).  REQUIRES the
-// update locks.  Returns false when Slurm refused the hold or release.
+// Writes a step into the job (its life, then its hold: job_submit/planc
+// tells the market's own hold and release by the life).  REQUIRES the
+// update locks.  Returns false when Slurm refused the hold or release (a
+// job just submitted has no database index yet): the job keeps the life it
+// had, so the next look takes the same step again, and a hold that stayed
+// is never mistaken for its owner's.
 bool apply(const planc::PlancConfig& cfg, job_record_t* job, const MarketStep& s) {
+  const std::optional<planc::MarketLife> before = planc::slurm::market_life(job);
   planc::slurm::set_market_life(job, s.life, cfg.prices.currency);
   const int rc = planc::slurm::apply_market_hold(job->job_id, s.hold);
   if (rc != SLURM_SUCCESS) {
+    planc::slurm::set_market_life(job, before, cfg.prices.currency);
     error("%s: market: JobId=%u: %s failed: %s (tried again at the market's next look)",
           plugin_type, job->job_id, s.hold == planc::HoldAction::kHold ? "hold" : "release",
           slurm_strerror(rc));
@@ -102,10 +108,15 @@ size_t settle(Controller& c, const planc::PlancConfig& cfg,
       const planc::MarketFacts f =
           planc::slurm::market_facts(planc::slurm::job_tier(*c.tiers, job), job, gpu_pos);
       done = planc::reconcile(planc::slurm::market_life(job), f, ctx);
-      if (done.event != MarketEvent::kNone || done.hold != planc::HoldAction::kKeep)
-        apply(cfg, job, done);
-      watch = done.life && done.life->state == planc::MarketState::kMatched &&
-              f.phase == planc::MarketFacts::Phase::kPending;
+      // Refused: looked at again between rounds.
+      if ((done.event != MarketEvent::kNone || done.hold != planc::HoldAction::kKeep) &&
+          !apply(cfg, job, done)) {
+        done = MarketStep{};
+        watch = true;
+      } else {
+        watch = done.life && done.life->state == planc::MarketState::kMatched &&
+                f.phase == planc::MarketFacts::Phase::kPending;
+      }
     }
     unlock_slurmctld(locks);
     c.stats.market_updates++;

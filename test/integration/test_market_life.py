@@ -440,3 +440,39 @@ def test_a_restart_between_a_preemption_and_its_requeue_keeps_the_fallback_and_t
     assert c.state(bid) == "PENDING"
     c.cancel_all()
     c.reload_planc_conf([])
+
+
+def test_a_release_slurm_refuses_is_taken_again_not_mistaken_for_the_owners_hold(small_cluster):
+    """Slurm refuses every update of a job whose database index is still
+    being set (slurmdbd slow or away; frozen here with SIGSTOP): a round's
+    release of a winning bid fails.  The market keeps the bid's life as it
+    was (its hold is the market's, not its owner's), takes the same step at
+    a later round, and once slurmdbd answers the job runs."""
+    import os
+    import signal
+    c = small_cluster
+    c.cancel_all()
+    c.reload_planc_conf(["Market=yes", "MarketInterval=3s"])
+    with open(os.path.join(c.dir, "run", "slurmdbd.pid")) as f:
+        dbd = int(f.read().split()[0])
+    offset = c.log_offset()
+    os.kill(dbd, signal.SIGSTOP)
+    try:
+        bid, p = c.sbatch("-A", "acct-spot", "--qos=p2-spot", "--gres=gpu:1", "--bid=15",
+                          "--wrap", "sleep 300", user="pcbob")
+        assert bid, p.stderr
+        c.wait_for("a refused release", lambda: re.search(
+            rf"market: JobId={bid}: release failed: .*DB index", c.log_since(offset)), timeout=60)
+        comment = admin_comment(c, bid)
+        assert life_field(comment, "state") == "waiting", comment
+        assert life_field(comment, "hold") != "owner", comment
+        assert c.state(bid) == "PENDING"
+    finally:
+        os.kill(dbd, signal.SIGCONT)
+    c.wait_for("the bid to run", lambda: c.state(bid) == "RUNNING", timeout=120)
+    comment = admin_comment(c, bid)
+    assert life_field(comment, "state") == "matched", comment
+    log = c.log_since(offset)
+    assert f"JobId={bid} win expired" not in log and "held by its owner" not in log, log
+    c.cancel_all()
+    c.reload_planc_conf([])
