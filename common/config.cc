@@ -279,6 +279,9 @@ class Parser {
   bool set_starvation_max(const Pair& p) {
     return uint_value(p, 1, 100000, &cfg_.starvation_max_per_interval);
   }
+  bool set_starvation_share(const Pair& p) {
+    return uint_value(p, 1, 100, &cfg_.starvation_max_share_percent);
+  }
   bool set_spot_cap_p2(const Pair& p) { return spot_cap(p, TierId::kP2); }
   bool set_spot_cap_p3(const Pair& p) { return spot_cap(p, TierId::kP3); }
   bool set_spot_reset(const Pair& p) {
@@ -675,6 +678,7 @@ class Parser {
       {"StarvationThreshold", &Parser::set_starvation_threshold},
       {"StarvationInterval", &Parser::set_starvation_interval},
       {"StarvationMaxPerInterval", &Parser::set_starvation_max},
+      {"StarvationMaxPercent", &Parser::set_starvation_share},
       {"SlaStartSeconds", &Parser::set_sla_start},
       {"SpotCapP2", &Parser::set_spot_cap_p2},
       {"SpotCapP3", &Parser::set_spot_cap_p3},

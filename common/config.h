@@ -131,6 +131,9 @@ struct PlancConfig {
   uint32_t starvation_threshold_seconds = 30 * 60;
   uint32_t starvation_interval_seconds = 60;
   uint32_t starvation_max_per_interval = 10;
+  // Free attempts together (pending and running) hold at most this share
+  // of the pool's GPUs (percent): an upgrade that would pass it waits.
+  uint32_t starvation_max_share_percent = 10;
   // Policy 9's "resource allocated in 40 s": a guaranteed job that starts
   // within this of becoming eligible meets the SLA (planc-exporter).
   uint32_t sla_start_seconds = 40;

@@ -6,6 +6,7 @@ namespace planc {
 namespace {
 
 constexpr std::string_view kAt = " at ";
+constexpr std::string_view kNiceLead = " (Nice +";
 constexpr std::string_view kPlancNote = "planc:";
 
 struct Span {
@@ -57,7 +58,8 @@ bool has_free_attempt_mark(std::string_view admin_comment) {
 }
 
 std::string free_attempt_mark(const PlancConfig& cfg, TierId from, TierId to, time_t upgraded_at,
-                              uint32_t waited_seconds, std::string_view reason) {
+                              uint32_t waited_seconds, std::string_view reason,
+                              int64_t nice_added) {
   const Tier& f = cfg.tiers.tier(from);
   const Tier& t = cfg.tiers.tier(to);
   // Whole minutes read best; below a minute (test thresholds) say seconds.
@@ -65,7 +67,24 @@ std::string free_attempt_mark(const PlancConfig& cfg, TierId from, TierId to, ti
   return std::string(kFreeAttemptTag) + " upgraded from " + f.label + " (" + f.qos + ") to " +
          t.label + " (" + t.qos + ")" + std::string(kAt) + format_utc(upgraded_at) + " after " +
          format_duration(shown) + " waiting for " + std::string(reason) +
-         "; this attempt is not billed";
+         "; this attempt is not billed" +
+         (nice_added > 0 ? "; it queues below paying " + t.label + " jobs and preempts nothing" +
+                               std::string(kNiceLead) + std::to_string(nice_added) + ")"
+                         : std::string());
+}
+
+int64_t free_attempt_nice(std::string_view s) {
+  auto m = find_mark(s);
+  if (!m) return 0;
+  std::string_view mark = s.substr(m->begin, m->end - m->begin);
+  size_t at = mark.find(kNiceLead);
+  if (at == std::string_view::npos) return 0;
+  int64_t n = 0;
+  for (size_t i = at + kNiceLead.size(); i < mark.size() && mark[i] >= '0' && mark[i] <= '9'; ++i) {
+    if (n > (int64_t{1} << 40)) return 0;  // not a Nice slurmctld/planc wrote
+    n = n * 10 + (mark[i] - '0');
+  }
+  return n;
 }
 
 std::string add_free_attempt_mark(std::string_view admin_comment, std::string_view mark) {

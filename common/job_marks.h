@@ -53,8 +53,13 @@ bool has_free_attempt_mark(std::string_view admin_comment);
 
 // The mark's text, tag first.  `reason` is Slurm's name of the pending
 // reason ("Resources", "Priority").
+// `nice_added`: the Nice slurmctld/planc added so that the attempt queues
+// below the paying jobs of the tier it is lent (0: none, not said).
 std::string free_attempt_mark(const PlancConfig& cfg, TierId from, TierId to, time_t upgraded_at,
-                              uint32_t waited_seconds, std::string_view reason);
+                              uint32_t waited_seconds, std::string_view reason,
+                              int64_t nice_added = 0);
+// The Nice the mark says was added ("(Nice +N)"), 0 without one.
+int64_t free_attempt_nice(std::string_view admin_comment);
 
 // `admin_comment` with `mark` in front of what was there (an old mark is
 // replaced, other text kept).

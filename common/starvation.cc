@@ -38,21 +38,33 @@ bool is_starving(const PlancConfig& cfg, const PendingJob& job, time_t now) {
          now > job.eligible_since && static_cast<uint64_t>(now - job.eligible_since) > after;
 }
 
+uint64_t free_attempt_cap(const PlancConfig& cfg, uint64_t pool_gpus) {
+  return pool_gpus * cfg.starvation_max_share_percent / 100;
+}
+
 std::vector<Upgrade> select_upgrades(const PlancConfig& cfg, const std::vector<PendingJob>& jobs,
-                                     time_t now) {
-  std::vector<Upgrade> out;
+                                     time_t now, const FreeAttemptShare& share) {
+  std::vector<std::pair<Upgrade, uint32_t>> starving;  // with its GPUs
   for (const PendingJob& j : jobs)
     if (is_starving(cfg, j, now))
-      out.push_back({j.job_id,
-                     static_cast<uint32_t>(std::min<time_t>(now - j.eligible_since, 0xffffffff)),
-                     j.reason, j.tier, *cfg.tiers.tier(j.tier).starves_into});
-  auto longer = [](const Upgrade& a, const Upgrade& b) {
-    return a.waited_seconds != b.waited_seconds ? a.waited_seconds > b.waited_seconds
-                                                : a.job_id < b.job_id;
-  };
-  size_t n = std::min<size_t>(out.size(), cfg.starvation_max_per_interval);
-  std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n), out.end(), longer);
-  out.resize(n);
+      starving.push_back(
+          {{j.job_id, static_cast<uint32_t>(std::min<time_t>(now - j.eligible_since, 0xffffffff)),
+            j.reason, j.tier, *cfg.tiers.tier(j.tier).starves_into},
+           j.gpus});
+  std::sort(starving.begin(), starving.end(), [](const auto& a, const auto& b) {
+    return a.first.waited_seconds != b.first.waited_seconds
+               ? a.first.waited_seconds > b.first.waited_seconds
+               : a.first.job_id < b.first.job_id;
+  });
+  std::vector<Upgrade> out;
+  uint64_t held = share.held_gpus;
+  for (const auto& [u, gpus] : starving) {
+    if (out.size() >= cfg.starvation_max_per_interval) break;
+    if (gpus > share.cap_gpus) continue;      // never fits: waits in its tier
+    if (held + gpus > share.cap_gpus) break;  // the longest waiting goes first
+    held += gpus;
+    out.push_back(u);
+  }
   return out;
 }
 

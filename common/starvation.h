@@ -15,6 +15,18 @@
 // Each interval at most StarvationMaxPerInterval jobs are upgraded, longest
 // waiting first (ties: lower job id first).
 //
+// Free attempts must not cascade (a starved job taking GPUs from other
+// spot work, which then starves in turn):
+//   - together, pending and running, they hold at most StarvationMaxPercent
+//     of the pool's GPUs: an upgrade that would pass it waits, and the
+//     longest waiting job that could fit goes first when room appears (a
+//     job larger than that share never gets an attempt: it waits in its
+//     tier);
+//   - a free attempt never preempts (preempt/planc), and it queues below
+//     every paying job of the tier it is lent (slurmctld/planc sets its
+//     Nice to what the tier's QoS adds to its priority, and takes it off
+//     again when the attempt ends).
+//
 // A job with the free-attempt mark (common/job_marks.h), which names the
 // tiers it went from and to:
 //   - pending in the "to" tier and requeued after the upgrade (it ran: its
@@ -58,7 +70,18 @@ struct PendingJob {
   TierId tier = TierId::kP3;
   PendingReason reason = PendingReason::kNone;
   time_t eligible_since = 0;  // 0: unknown (not counted)
+  uint32_t gpus = 0;          // asked for
 };
+
+// The free attempts' share: at most cap_gpus held by them together
+// (held_gpus now).
+struct FreeAttemptShare {
+  uint64_t cap_gpus = UINT64_MAX;
+  uint64_t held_gpus = 0;
+};
+// StarvationMaxPercent of a pool of `pool_gpus` (0: not known yet, no GPU
+// job is upgraded).
+uint64_t free_attempt_cap(const PlancConfig& cfg, uint64_t pool_gpus);
 
 struct Upgrade {
   uint32_t job_id;
@@ -72,7 +95,7 @@ bool is_starving(const PlancConfig& cfg, const PendingJob& job, time_t now);
 
 // The jobs to upgrade this interval, in order.
 std::vector<Upgrade> select_upgrades(const PlancConfig& cfg, const std::vector<PendingJob>& jobs,
-                                     time_t now);
+                                     time_t now, const FreeAttemptShare& share = {});
 
 // A pending job carrying the free-attempt mark.
 struct MarkedJob {

@@ -34,6 +34,8 @@ void show_config(Controller& c, config_plugin_params_t* p) {
   add_pair(p->key_pairs, "StarvationInterval", secs(cfg.starvation_interval_seconds));
   add_pair(p->key_pairs, "StarvationMaxPerInterval",
            std::to_string(cfg.starvation_max_per_interval));
+  add_pair(p->key_pairs, "StarvationMaxPercent",
+           std::to_string(cfg.starvation_max_share_percent) + "% of the GPUs");
   add_pair(p->key_pairs, "SpotCapP2", planc::describe_spot_cap(cfg, TierId::kP2));
   add_pair(p->key_pairs, "SpotCapP3", planc::describe_spot_cap(cfg, TierId::kP3));
   add_pair(p->key_pairs, "SpotCapResetTime", planc::format_time_of_day(cfg.spot_reset_seconds));
@@ -103,6 +105,7 @@ void show_config(Controller& c, config_plugin_params_t* p) {
   }
   add_pair(p->key_pairs, "StarvationUpgrades", std::to_string(c.stats.upgrades.load()));
   add_pair(p->key_pairs, "StarvationReverts", std::to_string(c.stats.reverts.load()));
+  add_pair(p->key_pairs, "FreeAttemptGpus", std::to_string(c.stats.free_attempt_gpus.load()));
   add_pair(p->key_pairs, "ScanCount", std::to_string(c.stats.scans.load()));
   add_pair(p->key_pairs, "ScanLastPendingJobs", std::to_string(c.stats.last_scan_jobs.load()));
   add_pair(p->key_pairs, "ScanLastUsec", std::to_string(c.stats.last_scan_usec.load()));

@@ -17,6 +17,7 @@
 // hold.
 #include "plugins/ctld_state.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -33,14 +34,17 @@ using planc::TierId;
 slurmctld_lock_t job_read_lock() { return {.job = READ_LOCK}; }
 
 std::string comment_after_upgrade(const Controller& c, uint32_t job_id, const planc::Upgrade& u,
-                                  time_t now) {
+                                  time_t now, int64_t nice_added) {
   std::string mark = planc::free_attempt_mark(*c.config, u.from, u.to, now, u.waited_seconds,
-                                              planc::reason_name(u.reason));
+                                              planc::reason_name(u.reason), nice_added);
   return planc::add_free_attempt_mark(planc::slurm::admin_comment(job_id), mark);
 }
 
 // One job per lock hold; the facts are read again under the write lock, so
 // a job that started, was held or changed tier since the scan is skipped.
+// The QoS goes first (Slurm recomputes the priority), then the Nice that
+// takes the new QoS's part of it off again: the attempt queues where it
+// queued in its own tier, below every paying job of the tier it is lent.
 bool upgrade(Controller& c, const planc::Upgrade& planned) {
   const planc::PlancConfig& cfg = *c.config;
   slurmctld_lock_t locks = planc::slurm::job_update_locks();
@@ -49,22 +53,38 @@ bool upgrade(Controller& c, const planc::Upgrade& planned) {
   auto job = planc::slurm::pending_job(*c.tiers, planned.job_id);
   int rc = SLURM_SUCCESS;
   bool done = false;
+  int64_t nice_added = 0;
   planc::Upgrade u = planned;
   if (job && planc::is_starving(cfg, *job, now)) {
     u.waited_seconds = static_cast<uint32_t>(now - job->eligible_since);
     u.reason = job->reason;
-    std::string comment = comment_after_upgrade(c, u.job_id, u, now);
+    const auto before = planc::slurm::job_priority(u.job_id);
+    std::string comment = comment_after_upgrade(c, u.job_id, u, now, 0);
     rc = planc::slurm::update_job_as_slurm_user(u.job_id, cfg.tiers.tier(u.to).qos.c_str(),
                                                 comment.c_str());
     done = rc == SLURM_SUCCESS;
+    const auto after = planc::slurm::job_priority(u.job_id);
+    if (done && before && after && !after->fixed && after->priority > before->priority) {
+      nice_added = static_cast<int64_t>(after->priority) - before->priority;
+      comment = comment_after_upgrade(c, u.job_id, u, now, nice_added);
+      const int nrc = planc::slurm::update_job_as_slurm_user(u.job_id, nullptr, comment.c_str(),
+                                                             after->nice + nice_added);
+      if (nrc != SLURM_SUCCESS) {
+        error(
+            "%s: JobId=%u: its free attempt's Nice +%lld was refused: %s (it queues with the "
+            "paying jobs of its new tier)",
+            plugin_type, u.job_id, static_cast<long long>(nice_added), slurm_strerror(nrc));
+        nice_added = 0;
+      }
+    }
   }
   unlock_slurmctld(locks);
   const char* from = cfg.tiers.tier(u.from).label.c_str();
   const char* to = cfg.tiers.tier(u.to).label.c_str();
   if (done)
-    info("%s: JobId=%u upgraded from %s to %s (free attempt) after waiting %u s for %s",
+    info("%s: JobId=%u upgraded from %s to %s (free attempt) after waiting %u s for %s; Nice +%lld",
          plugin_type, u.job_id, from, to, u.waited_seconds,
-         std::string(planc::reason_name(u.reason)).c_str());
+         std::string(planc::reason_name(u.reason)).c_str(), static_cast<long long>(nice_added));
   else if (rc != SLURM_SUCCESS)
     error("%s: JobId=%u: upgrade to %s failed: %s (tried again next interval)", plugin_type,
           u.job_id, to, slurm_strerror(rc));
@@ -82,10 +102,18 @@ bool settle_mark(Controller& c, uint32_t job_id) {
   const TierId from = job ? job->from : TierId::kP3, to = job ? job->to : TierId::kP2;
   int rc = SLURM_SUCCESS;
   if (action != planc::MarkAction::kKeep) {
-    std::string comment = planc::remove_free_attempt_mark(planc::slurm::admin_comment(job_id));
+    const std::string before = planc::slurm::admin_comment(job_id);
+    std::string comment = planc::remove_free_attempt_mark(before);
     const char* qos =
         action == planc::MarkAction::kBack ? cfg.tiers.tier(from).qos.c_str() : nullptr;
-    rc = planc::slurm::update_job_as_slurm_user(job_id, qos, comment.c_str());
+    // The Nice the attempt added comes off with the mark.
+    const int64_t added = planc::free_attempt_nice(before);
+    const auto prio = planc::slurm::job_priority(job_id);
+    if (added > 0 && prio)
+      rc = planc::slurm::update_job_as_slurm_user(job_id, qos, comment.c_str(),
+                                                  std::max<int64_t>(0, prio->nice - added));
+    else
+      rc = planc::slurm::update_job_as_slurm_user(job_id, qos, comment.c_str());
   }
   unlock_slurmctld(locks);
   if (action == planc::MarkAction::kKeep) return false;
@@ -115,10 +143,16 @@ void starvation_scan(Controller& c) {
   slurmctld_lock_t read = job_read_lock();
   lock_slurmctld(read);
   auto t0 = std::chrono::steady_clock::now();
-  size_t seen = planc::slurm::collect_pending(*c.tiers, &starvable, &marked, &watch);
+  uint64_t attempt_gpus = 0;
+  size_t seen = planc::slurm::collect_pending(*c.tiers, c.gpu_pos.load(), &starvable, &marked,
+                                              &watch, &attempt_gpus);
   unlock_slurmctld(read);
   c.watch.rescanned(std::move(watch));
-  std::vector<planc::Upgrade> todo = planc::select_upgrades(cfg, starvable, time(nullptr));
+  // The free attempts' share of the pool (the worker's last sample).
+  const planc::FreeAttemptShare share{planc::free_attempt_cap(cfg, c.idle.pool_now()),
+                                      attempt_gpus};
+  std::vector<planc::Upgrade> todo = planc::select_upgrades(cfg, starvable, time(nullptr), share);
+  c.stats.free_attempt_gpus = attempt_gpus;
   uint64_t usec = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
           .count());

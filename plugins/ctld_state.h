@@ -66,6 +66,8 @@ struct CtldStats {
   // The starvation scan (worker): free attempts started and ended, scans,
   // and their cost from holding the job read lock.
   std::atomic<uint64_t> upgrades{0}, reverts{0}, scans{0};
+  // GPUs the free attempts held at the last scan (pending and running).
+  std::atomic<uint64_t> free_attempt_gpus{0};
   std::atomic<uint64_t> total_scan_usec{0}, last_scan_usec{0}, max_scan_usec{0}, last_scan_jobs{0};
   // Spot-cap refusals by tier, counted by job_submit/planc through
   // planc_spot_refused_v1() (plugins/planc_shared.h).

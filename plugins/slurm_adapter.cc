@@ -37,13 +37,15 @@ std::optional<InfusedMark> infused_mark_of(const job_record_t* job) {
 namespace {
 // One update as SlurmUser through slurmctld's own path; NO_VAL priority:
 // left as it is.
-int update_as_slurm_user(uint32_t job_id, const char* qos, const char* comment, uint32_t priority) {
+int update_as_slurm_user(uint32_t job_id, const char* qos, const char* comment, uint32_t priority,
+                         std::optional<int64_t> nice = std::nullopt) {
   job_desc_msg_t desc;
   slurm_init_job_desc_msg(&desc);
   desc.job_id = job_id;
   desc.qos = qos ? xstrdup(qos) : nullptr;
   desc.admin_comment = comment ? xstrdup(comment) : nullptr;
   if (priority != NO_VAL) desc.priority = priority;
+  if (nice) desc.nice = static_cast<uint32_t>(NICE_OFFSET + *nice);
   slurm_msg_t msg;
   slurm_msg_t_init(&msg);
   msg.data = &desc;
@@ -58,6 +60,18 @@ int update_as_slurm_user(uint32_t job_id, const char* qos, const char* comment, 
 
 int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* comment) {
   return update_as_slurm_user(job_id, qos, comment, NO_VAL);
+}
+
+int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* comment, int64_t nice) {
+  return update_as_slurm_user(job_id, qos, comment, NO_VAL, nice);
+}
+
+std::optional<JobPriority> job_priority(uint32_t job_id) {
+  const job_record_t* job = find_job_record(job_id);
+  if (!job || !job->details) return std::nullopt;
+  return JobPriority{job->priority,
+                     static_cast<int64_t>(job->details->nice) - static_cast<int64_t>(NICE_OFFSET),
+                     job->direct_set_prio != 0};
 }
 
 int release_job_as_slurm_user(uint32_t job_id, const char* comment) {

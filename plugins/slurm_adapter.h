@@ -93,6 +93,19 @@ std::optional<InfusedMark> infused_mark_of(const job_record_t* job);
 // REQUIRES the locks of an update RPC: config read, job and node write,
 // partition and federation read.
 int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* admin_comment);
+// The same, setting the job's Nice too (the value `scontrol update
+// Nice=` takes).
+int update_job_as_slurm_user(uint32_t job_id, const char* qos, const char* admin_comment,
+                             int64_t nice);
+// A job's priority and Nice (nullopt: no such job).  `fixed`: an
+// administrator set its priority, Nice does not move it.  REQUIRES the job
+// read lock.
+struct JobPriority {
+  uint32_t priority = 0;
+  int64_t nice = 0;
+  bool fixed = false;
+};
+std::optional<JobPriority> job_priority(uint32_t job_id);
 // The same, releasing the job's hold (priority recomputed by Slurm), or
 // holding it (an administrator's hold: its owner cannot release it).
 int release_job_as_slurm_user(uint32_t job_id, const char* admin_comment);

@@ -98,8 +98,9 @@ bool watched(const job_record_t* job, const Tier* t) {
 
 }  // namespace
 
-size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* starvable,
-                       std::vector<MarkedJob>* marked_jobs, std::vector<uint32_t>* watch) {
+size_t collect_pending(const QosTierCache& tiers, int gpu_pos, std::vector<PendingJob>* starvable,
+                       std::vector<MarkedJob>* marked_jobs, std::vector<uint32_t>* watch,
+                       uint64_t* free_attempt_gpus) {
   size_t seen = 0;
   ListIterator it = list_iterator_create(job_list);
   while (auto* job = static_cast<job_record_t*>(list_next(it))) {
@@ -107,10 +108,14 @@ size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* starv
     if (!pending && !IS_JOB_RUNNING(job)) continue;
     const Tier* t = job_tier(tiers, job);
     if (watched(job, t)) watch->push_back(job->job_id);
+    if (marked(job)) *free_attempt_gpus += requested_gpus(job, gpu_pos);
     if (!pending) continue;
     ++seen;
     if (!t) continue;
-    if (t->starves_into) starvable->push_back(pending_facts(job, t->id));
+    if (t->starves_into) {
+      starvable->push_back(pending_facts(job, t->id));
+      starvable->back().gpus = requested_gpus(job, gpu_pos);
+    }
     if (marked(job)) marked_jobs->push_back(marked_facts(tiers, job, t->id));
   }
   list_iterator_destroy(it);

@@ -27,8 +27,11 @@ namespace planc::slurm {
 // one) into `watch`: the same walk serves both.  Returns how many pending
 // jobs it looked at.  REQUIRES the job read lock; allocates only for the
 // jobs it returns.
-size_t collect_pending(const QosTierCache& tiers, std::vector<PendingJob>* starvable,
-                       std::vector<MarkedJob>* marked, std::vector<uint32_t>* watch);
+// `free_attempt_gpus`: the GPUs asked by jobs carrying the mark, pending or
+// running (`gpu_pos`: the gres/gpu TRES position, < 0 unknown).
+size_t collect_pending(const QosTierCache& tiers, int gpu_pos, std::vector<PendingJob>* starvable,
+                       std::vector<MarkedJob>* marked, std::vector<uint32_t>* watch,
+                       uint64_t* free_attempt_gpus);
 
 // The same facts for one job (nullopt: gone, or not pending).  REQUIRES the
 // job read or write lock.

@@ -1,9 +1,10 @@
 """slurmctld/planc's starvation upgrade on the private cluster, as users see it.
 
 planc.conf here: a P3 job waiting more than 4 s (instead of 30 min) for the
-cluster gets a free attempt as P2, checked every second; P2's grace is 3 s
-so a preemption does not take 30 s.  The module restores the example
-planc.conf when it is done.
+cluster gets a free attempt as P2, checked every second; free attempts may
+hold half the GPUs together (two 8-GPU jobs); P2's grace is 3 s so a
+preemption does not take 30 s.  The module restores the example planc.conf
+when it is done.
 """
 import os
 import re
@@ -23,7 +24,9 @@ MARK = re.compile(r"\[planc:free-attempt\] upgraded from P3 \(p3-spot\) to P2 \(
 
 @pytest.fixture(scope="module")
 def starving(cluster):
-    cluster.reload_planc_conf(["StarvationThreshold=4s", "StarvationInterval=1s", P2_LINE])
+    # 8-GPU jobs on 32 GPUs: a free attempt is 25% (the default share 10%).
+    cluster.reload_planc_conf(["StarvationThreshold=4s", "StarvationInterval=1s",
+                               "StarvationMaxPercent=50", P2_LINE])
     cluster.stubborn = cluster.write_script("stubborn.sh", STUBBORN.format(work=cluster.work))
     yield cluster
     cluster.cancel_all()
@@ -185,3 +188,80 @@ def test_scan_settings_in_scontrol_show_config(c):
                  "ScanLastUsec"):
         assert re.search(rf"^{line}\s+=", section, re.M), line
     assert re.search(r"^StarvationThreshold\s+= 4 s$", section, re.M)
+
+
+def nice(c, jobid):
+    text = c.run("scontrol", "show", "job", jobid, check=True).stdout
+    return int(re.search(r"\bNice=(-?\d+)", text).group(1))
+
+
+def fill_with(c, qos_name, n=4):
+    ids = [submit(c, "pcbob", "acct-spot", qos_name) for _ in range(n)]
+    c.wait_for(f"the {qos_name} jobs to fill the cluster",
+               lambda: all(c.state(j) == "RUNNING" for j in ids), timeout=60)
+    return ids
+
+
+def test_a_free_attempt_preempts_nothing(c):
+    """The cluster full of P3 jobs: a starved P3 job gets its free attempt
+    as P2, but a P2 job that preempted the P3 jobs would make them starve
+    in turn.  After the scheduler has looked at it (sdiag's cycles moved
+    on), every P3 job still runs and the attempt waits for a free node."""
+    fillers = fill_with(c, "p3")
+    job = submit(c, "pcbob", "acct-spot", "p3")
+    c.wait_for("the upgrade", lambda: qos(c, job) == "p2-spot", timeout=40)
+    c.scheduler_looked(main=3, backfill=2)
+    assert all(c.state(f) == "RUNNING" for f in fillers), [c.state(f) for f in fillers]
+    assert c.state(job) == "PENDING"
+    assert "preempted" not in admin_comment(c, fillers[0])
+    c.end_now(fillers[0])
+    c.wait_for("the attempt to start on the freed node", lambda: c.state(job) == "RUNNING",
+               timeout=60)
+    assert all(c.state(f) == "RUNNING" for f in fillers[1:])
+
+
+def test_a_free_attempt_queues_below_paying_p2_jobs_and_the_share_holds(c):
+    """The cluster full of P2 jobs: a starved P3 job's attempt gets the
+    Nice that takes P2's QoS priority off again, so a paying P2 job
+    submitted after it starts first; a second starved job waits while the
+    attempts' share (50%: two 8-GPU jobs, one running counted) would pass;
+    when the attempt is requeued its Nice goes back to what it was."""
+    at = log_size(c)
+    fillers = fill_with(c, "p2")
+    first = submit(c, "pcbob", "acct-spot", "p3")
+    c.wait_for("the upgrade", lambda: qos(c, first) == "p2-spot", timeout=40)
+    added = nice(c, first)
+    assert added > 0, admin_comment(c, first)
+    assert f"(Nice +{added})" in admin_comment(c, first)
+    assert re.search(rf"JobId={first} upgraded from P3 to P2 \(free attempt\) .*; Nice "
+                     rf"\+{added}", log_since(c, at))
+    paying = submit(c, "pcbob", "acct-spot", "p2")
+    c.wait_for("both pending with a priority", lambda: all(
+        c.squeue_field(j, "%T %r").split()[0] == "PENDING" and int(c.squeue_field(j, "%Q")) > 0
+        for j in (first, paying)), timeout=30)
+    # Older, but below the paying job.
+    assert int(c.squeue_field(first, "%Q")) < int(c.squeue_field(paying, "%Q"))
+    # A node frees: the paying job takes it.
+    c.end_now(fillers[0])
+    c.wait_for("the paying P2 job to start", lambda: c.state(paying) == "RUNNING", timeout=60)
+    assert c.state(first) == "PENDING"
+    # Two more starved P3 jobs: with the first attempt's 8 GPUs, one more
+    # fits the 16-GPU share, the other waits in P3.
+    second = submit(c, "pcbob", "acct-spot", "p3")
+    third = submit(c, "pcbob", "acct-spot", "p3")
+    c.wait_for("the second upgrade", lambda: qos(c, second) == "p2-spot", timeout=40)
+    starvation_scans_ran(c, 3)
+    assert qos(c, third) == "p3-spot"
+    assert "[planc:free-attempt]" not in admin_comment(c, third)
+    # The first attempt runs, then a P0 job preempts it: requeued, back in
+    # P3, its Nice as before.
+    c.end_now(fillers[1])
+    c.wait_for("the first attempt to start", lambda: c.state(first) == "RUNNING", timeout=60)
+    node = c.squeue_field(first, "%N")
+    p0, p = c.sbatch("-A", "acct-lease", "--qos=p0", "--gres=gpu:8", "-w", node, "--wrap",
+                     "sleep 300", user="pcalice")
+    assert p0, p.stderr
+    c.wait_for("the attempt back in P3", lambda: qos(c, first) == "p3-spot", timeout=90)
+    assert nice(c, first) == 0
+    assert "[planc:free-attempt]" not in admin_comment(c, first)
+

@@ -73,6 +73,24 @@ TEST(JobMarksTest, UpgradeTimeReadBack) {
   EXPECT_FALSE(free_attempt_upgraded_at("[planc:free-attempt] at 2026-13-xxT"));
 }
 
+TEST(JobMarksTest, TheNiceAddedIsSaidAndReadBack) {
+  std::string mark =
+      free_attempt_mark(cfg(), TierId::kP3, TierId::kP2, kT, 1900, "Resources", 60000);
+  EXPECT_NE(mark.find("; this attempt is not billed; it queues below paying P2 jobs and preempts "
+                      "nothing (Nice +60000)"),
+            std::string::npos)
+      << mark;
+  EXPECT_EQ(free_attempt_nice("x | " + mark + " | planc: preempted at " + "2026-11-30T01:47:12Z"),
+            60000);
+  // Without a Nice (an administrator fixed the job's priority): not said.
+  std::string plain = free_attempt_mark(cfg(), TierId::kP3, TierId::kP2, kT, 1900, "Resources");
+  EXPECT_EQ(plain.find("Nice"), std::string::npos);
+  EXPECT_EQ(free_attempt_nice(plain), 0);
+  // Only the mark's own text counts.
+  EXPECT_EQ(free_attempt_nice("admin note (Nice +5)"), 0);
+  EXPECT_EQ(free_attempt_upgraded_at(mark), kT);
+}
+
 TEST(JobMarksTest, TiersReadBack) {
   using T = TierId;
   std::string mark = free_attempt_mark(cfg(), T::kP3, T::kP2, kT, 1900, "Resources");

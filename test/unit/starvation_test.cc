@@ -72,6 +72,47 @@ TEST(StarvationTest, LongestWaitFirstAtMostNPerInterval) {
   EXPECT_EQ(reason_name(ups[0].reason), "Priority");
 }
 
+TEST(StarvationTest, FreeAttemptsTogetherHoldAtMostTheirShare) {
+  using R = PendingReason;
+  // Longest waiting first: 11 (8 GPUs), 13 (4), 14 (2), 10 (1); 16 asks
+  // more than the share ever allows.
+  std::vector<PendingJob> jobs = {
+      {10, TierId::kP3, R::kResources, kNow - 2000, 1},
+      {11, TierId::kP3, R::kPriority, kNow - 5000, 8},
+      {13, TierId::kP3, R::kResources, kNow - 3000, 4},
+      {14, TierId::kP3, R::kResources, kNow - 3000, 2},
+      {16, TierId::kP3, R::kResources, kNow - 9000, 64},
+  };
+  PlancConfig c = conf("StarvationThreshold=30min\nStarvationMaxPerInterval=10");
+  EXPECT_EQ(c.starvation_max_share_percent, 10u) << "the default";
+  EXPECT_EQ(free_attempt_cap(c, 320), 32u);
+  EXPECT_EQ(free_attempt_cap(c, 0), 0u) << "pool not known yet: no GPU job";
+  struct Case {
+    const char* what;
+    FreeAttemptShare share;
+    std::vector<uint32_t> ids;
+  };
+  const Case cases[] = {
+      {"room for all but the one larger than the share", {32, 0}, {11, 13, 14, 10}},
+      {"room for 13 GPUs: 11 and 13 would be 12, then 14 passes", {32, 19}, {11, 13}},
+      {"11 does not fit: nobody passes it", {32, 25}, {}},
+      {"the share is full", {32, 32}, {}},
+      {"pool not known", {0, 0}, {}},
+  };
+  for (const Case& k : cases) {
+    std::vector<uint32_t> ids;
+    for (const Upgrade& u : select_upgrades(c, jobs, kNow, k.share)) ids.push_back(u.job_id);
+    EXPECT_EQ(ids, k.ids) << k.what;
+  }
+  // A job without GPUs always fits.
+  std::vector<PendingJob> cpu = {{20, TierId::kP3, R::kResources, kNow - 5000, 0}};
+  EXPECT_EQ(select_upgrades(c, cpu, kNow, {0, 0}).size(), 1u);
+  auto bad = parse_config("StarvationMaxPercent=0", "test.conf");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("StarvationMaxPercent"), std::string::npos) << bad.error();
+  EXPECT_EQ(conf("StarvationMaxPercent=100").starvation_max_share_percent, 100u);
+}
+
 TEST(StarvationTest, MarkedJobs) {
   const time_t up = kNow - 600;
   struct Case {
