@@ -130,7 +130,8 @@ bool reclaiming_for(Controller& c, uint32_t job_id, time_t now) {
 }
 
 void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::PoolUsage& pool,
-                   const planc::slurm::InfusionJobs& jobs, bool reloaded) {
+                   const planc::slurm::InfusionJobs& jobs, bool reloaded,
+                   bool guaranteed_submitted) {
   const time_t now = time(nullptr);
   kill_drained(c, now);
   if (!cfg.infusion.enabled || cfg.infusion.pools.empty()) {
@@ -209,10 +210,11 @@ void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Po
   const planc::GuaranteedDemand demand =
       planc::reclaimable_demand(jobs.guaranteed_waiting, cap, held, p1_replica_gpus);
   planc::GuaranteedNeed need;
-  need.waiting = demand.gpus > 0;
+  // (A guaranteed job just submitted may not show yet: it holds growth.)
+  need.waiting = demand.gpus > 0 || guaranteed_submitted;
   need.reclaim = demand.gpus > open + freeing;
   // A replica not started yet only competes with what waits: cancelled.
-  if (need.waiting)
+  if (demand.gpus > 0)
     for (uint32_t id : planc::pending_replicas(views))
       for (const auto& r : replicas)
         if (r.job_id == id && drain(c, r, 0, now) == SLURM_SUCCESS) {
@@ -224,6 +226,7 @@ void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Po
             if (sp.name == r.pool && sp.replicas) sp.replicas--;
           for (planc::ReplicaView& v : views)
             if (v.job_id == id) v.ending = true;
+          c.idle.observe(now, c.idle.idle_now() + r.gpus, c.idle.pool_now());  // no longer promised
         }
   {
     std::string text;
@@ -319,6 +322,12 @@ void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Po
       return;
     }
     c.replica_ids.push_back(id);
+    // Its GPUs are promised from now: the idle meter hears it now, not at
+    // the next sample (a decision meanwhile would count them idle).
+    c.idle.observe(
+        now,
+        c.idle.idle_now() > pc->gpus_per_replica ? c.idle.idle_now() - pc->gpus_per_replica : 0,
+        c.idle.pool_now());
     did = "grew pool " + pc->name + " to " + std::to_string(now_replicas + 1) +
           " replica(s) (JobId=" + std::to_string(id) + ")";
     count_infusion_op(c, pc->name, "grow");

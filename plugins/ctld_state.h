@@ -313,9 +313,12 @@ void record_round(Controller& c, const planc::MarketRoundRecord& rec) EXCLUDES(c
 
 // --- capacity infusion: ctld_infusion.cc (worker) ----------------------------
 
-// Each sample: feeds the idle window and acts on the controller's decision.
+// Each sample: acts on the controller's decision.  `guaranteed_submitted`:
+// a guaranteed job was submitted and this sample may not see it yet
+// (planc_sample_now_v1 comes before Slurm makes the job): nothing grows
+// or shrinks by the idle share until the sample that sees it.
 void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::PoolUsage& pool,
-                   const planc::slurm::InfusionJobs& jobs, bool reloaded)
+                   const planc::slurm::InfusionJobs& jobs, bool reloaded, bool guaranteed_submitted)
     EXCLUDES(c.infusion_mu, c.reclaim_mu);
 // When the next replica's drain grace ends (its SIGKILL is due); none.
 std::optional<time_t> infusion_next_kill(const Controller& c);

@@ -191,7 +191,7 @@ void worker(Controller* cp, planc::ConfigWatch watch) {
         market_ids.insert(market_ids.end(), notices.begin(), notices.end());
         notices.clear();
         market_tick(c, cfg, pool, reloaded_since_sample, gpu_pos, std::move(market_ids));
-        infusion_tick(c, cfg, pool, infusion_jobs, reloaded_since_sample);
+        infusion_tick(c, cfg, pool, infusion_jobs, reloaded_since_sample, follow_up.has_value());
         reloaded_since_sample = false;
         write_metrics(c, pool, watch);
         if (!text.empty()) {
