@@ -39,6 +39,27 @@ def test_alibaba_tier_map_is_a_parameter():
     assert [j.checkpoints for j in jobs] == [False, False, True, False, False]
 
 
+def test_a_trace_without_the_columns_its_reader_needs_is_refused_by_name(tmp_path, capsys):
+    # An Alibaba pod list without its time columns: refused, not read as a
+    # workload of 0 jobs.
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos\np1,1000,1024,1,1000,LS\n")
+    with pytest.raises(ValueError, match="missing columns creation_time, deletion_time, "
+                                         "scheduled_time"):
+        W.read_alibaba(str(pods))
+    assert W.cli(["alibaba", str(pods), "-o", str(tmp_path / "w.csv")]) == 2
+    assert "not an Alibaba pod list: missing columns creation_time" in capsys.readouterr().err
+    assert not (tmp_path / "w.csv").exists()
+
+
+def test_help_prints_the_sacct_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        W.main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "run: SLURM_TIME_FORMAT=%s sacct" in out and "option_strings" not in out
+
+
 def test_alibaba_shared_trace_counts():
     path = "/work/shared/traces/alibaba-gpu-2023/openb_pod_list_default.csv"
     if not os.path.exists(path):

@@ -377,6 +377,10 @@ def fit_to_nodes(jobs: Sequence[Job], cpus: int, mem_mib: int, gpus: int) -> Tup
 # --- readers ---------------------------------------------------------------
 
 
+ALIBABA_COLUMNS = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "qos", "creation_time",
+                   "deletion_time", "scheduled_time")
+
+
 def read_alibaba(pod_csv: str, tier_map: Dict[str, str] = None,
                  dropped: Optional[Dropped] = None) -> List[Job]:
     """Alibaba GPU 2023's openb_pod_list_default.csv (columns name,
@@ -396,7 +400,12 @@ def read_alibaba(pod_csv: str, tier_map: Dict[str, str] = None,
     dropped = dropped if dropped is not None else Dropped()
     rows = []
     with open(pod_csv, newline="") as f:
-        for r in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        missing = [c for c in ALIBABA_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{pod_csv}: not an Alibaba pod list: missing columns "
+                             f"{', '.join(missing)} (openb_pod_list_default.csv has them)")
+        for r in reader:
             try:
                 if not (r.get("scheduled_time") or "").strip():
                     dropped.add("never scheduled")
@@ -750,7 +759,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         h.add_argument("--tier-mix")
         h.add_argument("--seed", type=int, default=1)
     x = sub.add_parser("sacct-to-helios", help="sacct output (stdin) to a Helios-like CSV (stdout); "
-                       "run: " + SACCT_COMMAND)
+                       "run: " + SACCT_COMMAND.replace("%", "%%"))
     x.add_argument("--qos-map", help="e.g. p0-lease=P0,p1-guaranteed=P1,p2-spot=P2,p3-spot=P3")
     d = sub.add_parser("describe", help="summarise a workload CSV")
     d.add_argument("path")
@@ -816,5 +825,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
+def cli(argv: Optional[List[str]] = None) -> int:
+    """main(), with a trace or workload it cannot read said in one line."""
+    try:
+        return main(argv)
+    except (OSError, ValueError) as e:
+        print(f"workload: {e}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())
