@@ -61,7 +61,10 @@ P2_LINE = ("Tier=P2 QOS=p2-spot Aliases=p2,plan-a-spot,elastic Priority=5000 Pre
 
 @pytest.fixture(scope="module")
 def short_clocks(cluster):
-    cluster.reload_planc_conf(["StarvationThreshold=4s", "StarvationInterval=1s", P2_LINE])
+    # 8-GPU jobs on 32 GPUs: free attempts may hold them all here (the
+    # default share, 10%, is less than one job).
+    cluster.reload_planc_conf(["StarvationThreshold=4s", "StarvationInterval=1s",
+                               "StarvationMaxPercent=100", P2_LINE])
     yield cluster
     cluster.cancel_all()
     cluster.reload_planc_conf([])
