@@ -120,6 +120,8 @@ import os
 import sys
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from tools.replay.kpi import max_in_window  # noqa: F401 (also R.max_in_window)
+
 TIERS = ("P0", "P1", "P2", "P3")
 CONFIG_ORDER = ("stock", "planc", "planc-market", "planc-infusion")
 JOB_COLUMNS = ("name", "job_id", "tier", "gpus", "submit", "eligible", "first_start", "end",
@@ -283,16 +285,6 @@ def percentile(values: Sequence[float], p: float) -> Optional[float]:
 
 def _mean(values: Sequence[float]) -> Optional[float]:
     return sum(values) / len(values) if values else None
-
-
-def max_in_window(times: Sequence[float], width: float) -> int:
-    """The most of `times` inside any window [t, t + width)."""
-    ts, best, lo = sorted(times), 0, 0
-    for hi, t in enumerate(ts):
-        while ts[lo] <= t - width:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
 
 
 def timeline(run: Run) -> Tuple[List[float], Dict[str, List[float]]]:
