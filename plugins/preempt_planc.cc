@@ -22,7 +22,6 @@
 #include <exception>
 
 #include "common/infusion.h"
-#include "common/job_marks.h"
 #include "common/preempt_policy.h"
 #include "plugins/planc_shared.h"
 #include "plugins/worker_thread.h"
@@ -97,8 +96,7 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
     if (!ee || !er) return false;
     // A free attempt (a starved job lent a higher tier) preempts nothing:
     // its victims would starve in turn (common/starvation.h).
-    if (preemptor->admin_comment && planc::has_free_attempt_mark(preemptor->admin_comment))
-      return false;
+    if (planc::slurm::on_free_attempt(preemptor)) return false;
     if (!pol.config->tiers.can_preempt(er->id, ee->id) &&
         !(ee->id == TierId::kP1 &&
           planc::reclaims_replica(er->id, planc::slurm::infused_mark_of(preemptor).has_value(),

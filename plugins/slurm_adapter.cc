@@ -34,6 +34,8 @@ std::optional<InfusedMark> infused_mark_of(const job_record_t* job) {
   return read_infused_mark(job->admin_comment);
 }
 
+bool on_free_attempt(const job_record_t* job) { return job && internal::marked(job); }
+
 namespace {
 // One update as SlurmUser through slurmctld's own path; NO_VAL priority:
 // left as it is.

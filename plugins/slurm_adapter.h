@@ -85,6 +85,9 @@ inline const Tier* job_tier(const QosTierCache& cache, const job_record_t* job) 
 // The infused mark in the job's AdminComment, if any.  REQUIRES the job
 // read lock; a pointer test and a prefix compare for any other job.
 std::optional<InfusedMark> infused_mark_of(const job_record_t* job);
+// Whether the job is on a free attempt (carries the free-attempt mark).
+// REQUIRES the job read lock.
+bool on_free_attempt(const job_record_t* job);
 
 // Sets a job's QoS and AdminComment through slurmctld's own update path
 // (update_job(), as `scontrol update` as SlurmUser would: job_submit's

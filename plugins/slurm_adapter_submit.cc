@@ -82,7 +82,7 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
   req.requested_qos = str(desc->qos);
   if (req.requested_qos.empty()) return req;  // not a QoS change
   req.privileged = validate_operator(submit_uid);
-  req.on_free_attempt = job->admin_comment && has_free_attempt_mark(job->admin_comment);
+  req.on_free_attempt = internal::marked(job);
   req.partition = str(desc->partition);
   req.current_partition = str(job->partition);
   req.default_partition = str(default_part_name);
