@@ -130,14 +130,13 @@ def p2_interruption(segments: Iterable[Dict], horizon: float = DAY) -> Dict[str,
 # --- P3 preemption rate by submitted tier -------------------------------------
 
 
-def p3_rate_by_hour(jobs: Iterable[Dict], segments: Iterable[Dict], start: float, end: float,
-                    hour: float = HOUR) -> Dict[str, object]:
-    """jobs: {"job_id", "tier" (submitted), "eligible", "first_start" or
-    None}; segments: {"job_id", "start", "end", "preempted"}; the window
-    [start, end] cut in hours of `hour` seconds (the last one may be
-    short)."""
-    p3_jobs = {j["job_id"]: j for j in jobs if j["tier"] == "P3"}
-    runs = [s for s in segments if s["job_id"] in p3_jobs]
+def rate_by_hour(runs: Sequence[Dict], start: float, end: float,
+                 hour: float = HOUR) -> List[Dict[str, object]]:
+    """runs: {"start", "end", "preempted"}; the window [start, end] cut in
+    hours of `hour` seconds (the last one may be short).  Per hour (a, b]:
+    runs that ended preempted in it (as Prometheus's increase() over the
+    hour ending at b), over runs that ended in it or still run at b; no
+    rate for an hour without a run."""
     n_hours = max(1, math.ceil((end - start) / hour - 1e-9))
     hours: List[Dict[str, object]] = []
     for h in range(n_hours):
@@ -146,10 +145,22 @@ def p3_rate_by_hour(jobs: Iterable[Dict], segments: Iterable[Dict], start: float
         running = sum(1 for s in runs if s["start"] <= b < s["end"])
         ran = len(ended) + running
         preempted = sum(1 for s in ended if s["preempted"])
-        waiting = sum(1 for j in p3_jobs.values() if j["eligible"] <= b and (
-            j["first_start"] is None or j["first_start"] > b))
-        hours.append({"hour": h, "preempted": preempted, "ran": ran, "waiting": waiting,
+        hours.append({"hour": h, "b": b, "preempted": preempted, "ran": ran,
                       "rate": preempted / ran if ran else None})
+    return hours
+
+
+def p3_rate_by_hour(jobs: Iterable[Dict], segments: Iterable[Dict], start: float, end: float,
+                    hour: float = HOUR) -> Dict[str, object]:
+    """jobs: {"job_id", "tier" (submitted), "eligible", "first_start" or
+    None}; segments: {"job_id", "start", "end", "preempted"}; hours as
+    rate_by_hour's."""
+    p3_jobs = {j["job_id"]: j for j in jobs if j["tier"] == "P3"}
+    hours = rate_by_hour([s for s in segments if s["job_id"] in p3_jobs], start, end, hour)
+    for x in hours:
+        b = x.pop("b")
+        x["waiting"] = sum(1 for j in p3_jobs.values() if j["eligible"] <= b and (
+            j["first_start"] is None or j["first_start"] > b))
     rates = [x["rate"] for x in hours if x["rate"] is not None]
     return {
         "hours": hours,

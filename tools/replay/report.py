@@ -120,7 +120,7 @@ import os
 import sys
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from tools.replay.kpi import max_in_window  # noqa: F401 (also R.max_in_window)
+from tools.replay.kpi import max_in_window, rate_by_hour  # noqa: F401 (R.max_in_window)
 
 TIERS = ("P0", "P1", "P2", "P3")
 CONFIG_ORDER = ("stock", "planc", "planc-market", "planc-infusion")
@@ -357,21 +357,10 @@ def compute_kpis(run: Run) -> Dict[str, object]:
             run.trace(s["end"] - s["start"]))
     out["p2_mean_run_h_by_day"] = {d: _mean(v) / HOUR for d, v in sorted(per_day.items())}
 
-    # P3 preemption rate per trace hour.
-    p3 = [s for s in run.segments if s["tier"] == "P3"]
-    hour_w = HOUR / k
-    hours = max(1, math.ceil((run.end - run.t0) / hour_w - 1e-9))
-    rates = []
-    for h in range(hours):
-        a, b = run.t0 + h * hour_w, min(run.t0 + (h + 1) * hour_w, run.end)
-        # Ends in (a, b] as Prometheus's increase() over the hour ending at b.
-        ended = [s for s in p3 if a < s["end"] <= b]
-        running = sum(1 for s in p3 if s["start"] <= b < s["end"])
-        ran = len(ended) + running
-        if ran:
-            rates.append(sum(1 for s in ended if s["preempted"]) / ran)
-        else:
-            rates.append(None)
+    # P3 preemption rate per trace hour, by the tier run as (the exporter's
+    # reading; section9 has it by submitted tier).
+    rates = [h["rate"] for h in rate_by_hour([s for s in run.segments if s["tier"] == "P3"],
+                                             run.t0, run.end, HOUR / k)]
     valued = [r for r in rates if r is not None]
     out["p3_rate_by_hour"] = rates
     out["p3_preempt_rate_mean"] = _mean(valued)
