@@ -10,7 +10,17 @@ import pytest
 from tools.replay import report as R
 from tools.replay import steady as S
 
-from test_report import META, write_run
+from tools.replay import workload as W
+
+from test_report import JOBS, META, write_run
+
+
+def on_time(d, late=0.0):
+    """The run's workload.csv with each job due when Slurm got it, less
+    `late` wall seconds (k=10)."""
+    W.write_csv([W.Job(j[0], (j[4] - META["t0"] - late) * META["k"], 10.0, float(j[3]), 1, 0,
+                       j[2], False) for j in JOBS], os.path.join(d, "workload.csv"))
+    return d
 
 
 def test_the_warm_up_leaves_out_what_it_holds(tmp_path):
@@ -33,6 +43,13 @@ def test_the_warm_up_leaves_out_what_it_holds(tmp_path):
     assert R.measured(run, 0) is run
     with pytest.raises(R.Problem):
         R.measured(run, 1.0)
+
+
+def test_submission_lag_is_slurms_submit_time_against_the_workloads_clock(tmp_path):
+    d = on_time(write_run(str(tmp_path / "r")), late=6.0)
+    lag = R.submission_lag(R.Run(d))
+    assert lag["p50"] == pytest.approx(6.0) and lag["max"] == pytest.approx(6.0)
+    assert lag["p99_trace_minutes"] == pytest.approx(1.0)  # 6 s x k=10
 
 
 def test_interval_is_students_t():
@@ -63,14 +80,13 @@ def test_plan_c_against_stock_is_paired_by_seed():
     assert iv["values"] == [1.5, 1.0] and iv["mean"] == 1.25
 
 
-def _steady_dir(tmp_path, lag_p99=0.1):
+def _steady_dir(tmp_path, late=0.0):
     root = tmp_path / "runs"
     for seed in (1, 2):
         for config in ("stock", "planc"):
             meta = dict(META, config=config, run=seed, window_end=1360,
-                        submit_lag_wall={"p99": lag_p99, "max": lag_p99},
                         source={"commit": "abc", "modified": False}, warmup_hours=0.0)
-            write_run(str(root / "load-1.1" / f"{config}-{seed}"), meta=meta)
+            on_time(write_run(str(root / "load-1.1" / f"{config}-{seed}"), meta=meta), late)
     return str(root)
 
 
@@ -96,7 +112,7 @@ def test_the_summary_says_configuration_kpi_interval_and_runs(tmp_path):
 
 def test_a_run_whose_submissions_fell_behind_is_left_out(tmp_path):
     # 100 s wall late at k=10 = 16.7 trace minutes: past 15.
-    root = _steady_dir(tmp_path, lag_p99=100.0)
+    root = _steady_dir(tmp_path, late=100.0)
     assert S.main([root, "--out", str(tmp_path / "out"), "--no-plots"]) == 2
     by_load, invalid = S.load_runs(root, None)
     assert not by_load and len(invalid) == 4

@@ -19,8 +19,9 @@ on the other, and undecided when the interval straddles it (more seeds
 decide).
 
 A run is valid when its submissions kept up with the workload's clock: the
-99th percentile of their lateness at most MAX_LAG_TRACE seconds of trace
-time, and the window not overrun; an invalid run is listed and left out of
+99th percentile of their lateness (report.submission_lag: Slurm's submit
+time against the workload's) at most MAX_LAG_TRACE seconds of trace time,
+and the window not overrun; an invalid run is listed and left out of
 every figure.
 """
 
@@ -86,11 +87,12 @@ def first_start_wait(run: R.Run) -> Optional[float]:
 
 def validity(run: R.Run) -> List[str]:
     why = []
-    lag = (run.meta.get("submit_lag_wall") or {}).get("p99")
+    lag = R.submission_lag(run)
     if lag is None:
-        why.append("no submission lag recorded")
-    elif lag * run.k > MAX_LAG_TRACE:
-        why.append(f"submissions late: p99 {lag:.1f} s wall = {lag * run.k / 60:.0f} trace min")
+        why.append("no workload to measure the submissions' lateness against")
+    elif lag["p99"] * run.k > MAX_LAG_TRACE:
+        why.append(f"submissions late: p99 {lag['p99']:.1f} s wall = "
+                   f"{lag['p99_trace_minutes']:.0f} trace min")
     window_end = run.meta.get("window_end")
     if window_end and run.end > window_end + 60:
         why.append(f"window overran by {(run.end - window_end) / 60:.1f} min wall")
@@ -113,7 +115,7 @@ def load_runs(runs_dir: str, warmup: Optional[float]):
         k = R.compute_kpis(m)
         k["p3_longest_first_start_wait"] = first_start_wait(m)
         k["seed"] = run.run
-        k["submit_lag_p99_trace_s"] = (run.meta.get("submit_lag_wall") or {}).get("p99", 0) * run.k
+        k["submit_lag_p99_trace_s"] = R.submission_lag(run)["p99"] * run.k
         by_load.setdefault(load, []).append((m, k, R.check_consistency(d)))
     return by_load, invalid
 
