@@ -161,6 +161,8 @@ def summarise(by_load) -> Dict[str, object]:
                                         "dir": m.dir, "k": m.k, "warmup_hours": m.warmup_hours,
                                         "commit": (m.meta.get("source") or {}).get("commit"),
                                         "modified": (m.meta.get("source") or {}).get("modified"),
+                                        "plugins_sha256": (m.meta.get("source") or {}).get(
+                                            "plugins_sha256"),
                                         "submit_lag_p99_trace_s": k["submit_lag_p99_trace_s"],
                                         "consistency_problems": len(p)}
                                        for m, k, p in items]}
@@ -185,11 +187,13 @@ def markdown(summary: Dict[str, object], invalid: List[Dict]) -> str:
     for load, s in summary["loads"].items():
         runs = s["runs"]
         commits = sorted({str(r["commit"])[:12] for r in runs})
+        builds = sorted({str(r.get("plugins_sha256"))[:12] for r in runs})
         ks = ", ".join(sorted({f"{r['k']:g}" for r in runs}))
         warm = ", ".join(sorted({f"{r['warmup_hours']:g}" for r in runs}))
         md.append(f"## Offered load {load}")
         md.append("")
-        md.append(f"{len(runs)} runs; commit {', '.join(commits)}"
+        md.append(f"{len(runs)} runs; commit {', '.join(commits)}; plugins (sha256 of the "
+                  f"loaded .so files) {', '.join(builds)}"
                   + (" (a tree with changes)" if any(r["modified"] for r in runs) else "")
                   + f"; k = {ks}; the first {warm} h of each discarded. Cells: mean [95% "
                   "interval] over the seeds.")
