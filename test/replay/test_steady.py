@@ -117,3 +117,20 @@ def test_a_run_whose_submissions_fell_behind_is_left_out(tmp_path):
     by_load, invalid = S.load_runs(root, None)
     assert not by_load and len(invalid) == 4
     assert "submissions late" in invalid[0]["why"][0]
+
+
+def test_the_ceiling_runs_the_workload_as_the_replay_does(tmp_path):
+    # A fractional GPU runs on a whole card and no job is shorter than one
+    # wall second: halving a card or shortening a job under k changes
+    # nothing in the ceiling.
+    whole = R.compute_kpis(R.Run(on_time(write_run(str(tmp_path / "w")))))
+    d = write_run(str(tmp_path / "f"))
+    W.write_csv([W.Job(j[0], (j[4] - META["t0"]) * META["k"], 1.0 if j[0] == "w000006" else 10.0,
+                       0.5 if j[0] == "w000005" else float(j[3]), 1, 0, j[2], False)
+                 for j in JOBS], os.path.join(d, "workload.csv"))
+    frac = R.compute_kpis(R.Run(d))
+    assert whole["utilisation_ceiling"] == pytest.approx(frac["utilisation_ceiling"])
+    assert whole["utilisation_ceiling"] > 0
+    # Over the ceiling: the workload's own allocation, replicas apart.
+    assert whole["utilisation_of_ceiling"] == pytest.approx(
+        whole["utilisation_workload"] / whole["utilisation_ceiling"])

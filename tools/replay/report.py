@@ -580,12 +580,16 @@ def section9(run: Run, out: Dict[str, object], jobs_by_id: Dict[str, Dict]) -> N
         [{"start": r["start"], "end": r["end"], "gpus": r["gpu_cards"]} for r in run.replicas],
         run.gpus_total, run.t0, run.end)
     out["goodput"] = u["goodput"]
-    ceiling = (kpi.greedy_ceiling([{"submit": w.submit, "duration": w.duration, "gpus": w.gpus}
+    # The workload as the replay runs it: a fractional GPU on a whole card,
+    # no job shorter than one wall second (planc-replay's sbatch_args).
+    ceiling = (kpi.greedy_ceiling([{"submit": w.submit, "duration": max(w.duration, run.k),
+                                    "gpus": math.ceil(w.gpus) if w.gpus > 0 else 0}
                                    for w in workload], run.gpus_total,
                                   run.trace(run.t0 - run.origin), run.trace(run.end - run.origin))
                if workload else None)
     out["utilisation_ceiling"] = ceiling
-    out["utilisation_of_ceiling"] = u["allocated"] / ceiling if ceiling else None
+    # The ceiling is the workload's: replicas (shown apart) are not in it.
+    out["utilisation_of_ceiling"] = u["workload"] / ceiling if ceiling else None
 
 
 # --- consistency -----------------------------------------------------------
@@ -772,7 +776,8 @@ KPIS = (
     ("utilisation", "GPU utilisation", "ratio", (">=", 0.80), ("<", 0.60)),
     ("utilisation_ceiling", "GPU utilisation an ideal greedy schedule reaches (ceiling)",
      "ratio", None, None),
-    ("utilisation_of_ceiling", "GPU utilisation over its ceiling", "ratio", None, None),
+    ("utilisation_of_ceiling", "GPU utilisation by the workload's jobs over the ceiling", "ratio",
+     None, None),
     ("goodput", "Goodput (without preempted runs and replicas)", "ratio", None, None),
     ("utilisation_workload", "GPU utilisation, the workload's jobs alone", "ratio", None, None),
     ("utilisation_replicas", "GPU utilisation, infused replicas", "ratio", None, None),
