@@ -1007,7 +1007,10 @@ def _run_section(run: Run, k: Dict[str, object], problems: List[str]) -> str:
                  "mean per trace day: " + (", ".join(
                      f"day {d}: {v:.2f} h" for d, v in k["p2_mean_run_h_by_day"].items()) or "-"))
     lines.append("")
-    lines.append("P3 preemption rate by trace hour: " + " ".join(
+    lines.append("P3 preemption rate by trace hour, by submitted tier (section 9's): " + " ".join(
+        "-" if r is None else f"{100 * r:.0f}%" for r in k["p3_rate_submitted_by_hour"]))
+    lines.append("")
+    lines.append("The same by the tier a run ran as (the exporter's reading): " + " ".join(
         "-" if r is None else f"{100 * r:.0f}%" for r in k["p3_rate_by_hour"]))
     if k["infusion_ops_total"] is not None:
         lines.append("")
