@@ -174,7 +174,10 @@ def _cell(kind: str, iv: Dict[str, object]) -> str:
         return "-"
     text = R._fmt(kind, iv["mean"])
     if iv["low"] is not None:
-        text += f" [{R._fmt(kind, max(iv['low'], 0.0))}, {R._fmt(kind, iv['high'])}]"
+        # Shown inside what the figure can be (a share is 0-100%); the
+        # verdict reads the interval itself.
+        high = min(iv["high"], 1.0) if kind == "ratio" else iv["high"]
+        text += f" [{R._fmt(kind, max(iv['low'], 0.0))}, {R._fmt(kind, high)}]"
     return text
 
 
