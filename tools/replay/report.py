@@ -383,7 +383,9 @@ def compute_kpis(run: Run) -> Dict[str, object]:
         out[f"{tier.lower()}_sla_all"] = (sum(1 for x in lat_all if x <= run.sla) / len(started)
                                           if started else None)
         out[f"{tier.lower()}_sla_counted"] = len(counted)
+        out[f"{tier.lower()}_start_p50_wall"] = percentile(lat_all, 50)
         out[f"{tier.lower()}_start_p99_wall"] = percentile(lat_all, 99)
+        out[f"{tier.lower()}_start_max_wall"] = max(lat_all) if lat_all else None
         # Never started although eligible for at least the SLA's seconds
         # before the window ended (a job submitted in the last 40 s had no
         # chance: it is left out).
@@ -1021,7 +1023,10 @@ def _run_section(run: Run, k: Dict[str, object], problems: List[str]) -> str:
     lines.append("")
     for t in ("P0", "P1"):
         lines.append(f"{t}: {k[f'{t.lower()}_sla_counted']} starts counted for the SLA, "
-                     f"start latency p99 {_fmt('count', k[f'{t.lower()}_start_p99_wall'])} s wall, "
+                     f"start latency p50 / p99 / max "
+                     f"{_fmt('count', k[f'{t.lower()}_start_p50_wall'])} / "
+                     f"{_fmt('count', k[f'{t.lower()}_start_p99_wall'])} / "
+                     f"{_fmt('count', k[f'{t.lower()}_start_max_wall'])} s wall, "
                      f"{k[f'{t.lower()}_never_started']} never started.")
     if k["p3_longest_wait_never_started"]:
         lines.append("The longest P3 wait is a job that never started (counted to the end).")
