@@ -362,7 +362,7 @@ def test_infusion_mode_counts_replicas_in_utilisation_and_operations_per_hour(tm
                 "92,0,P3,1360,1360,1,CANCELLED,never ran,replay-spot\n")
     with open(os.path.join(d, "infusion_ops.csv"), "w") as f:
         f.write("at,action,pool\n1000,grew,replay-spot\n1090,grew,replay-api\n"
-                "1200,shrank,replay-api\n")
+                "1200,shrank,replay-api\n1250,gave back,replay-api\n1251,gave back,replay-api\n")
     assert R.check_consistency(d) == []
     k = R.compute_kpis(R.Run(d))
     pool = 8 * 360
@@ -371,6 +371,8 @@ def test_infusion_mode_counts_replicas_in_utilisation_and_operations_per_hour(tm
     assert k["utilisation_workload"] == pytest.approx(plain["utilisation"])
     assert k["revenue"] == pytest.approx(plain["revenue"])  # replicas are internal cost
     assert k["p0_sla"] == plain["p0_sla"]
+    # Give-backs to waiting guaranteed work are outside the hourly limit.
     assert (k["infusion_ops_per_hour"], k["infusion_ops_per_hour_max"]) == ([3], 3)
+    assert k["infusion_gave_back_per_hour_max"] == 2 and k["infusion_ops_total"] == 5
     # A run without infusion has no such figures.
     assert plain["utilisation_replicas"] is None and plain["infusion_ops_per_hour_max"] is None

@@ -447,17 +447,25 @@ def compute_kpis(run: Run) -> Dict[str, object]:
     if run.infusion:
         hour_w = HOUR / run.k
         n_hours = max(1, math.ceil((run.end - run.t0) / hour_w))
-        per_hour = [sum(1 for o in run.infusion_ops
-                        if run.t0 + h * hour_w <= o["at"] < run.t0 + (h + 1) * hour_w)
+        # InfusionMaxPerHour counts growing and shrinking; giving replicas
+        # back to guaranteed work that waits is outside it (it must not
+        # wait on the limit), so those are counted apart.
+        def per_hour_of(actions):
+            return [sum(1 for o in run.infusion_ops if o["action"] in actions and
+                        run.t0 + h * hour_w <= o["at"] < run.t0 + (h + 1) * hour_w)
                     for h in range(n_hours)]
+        per_hour = per_hour_of(("grew", "shrank"))
+        gave_back = per_hour_of(("gave back",))
         out["infusion_ops_per_hour"] = per_hour
         out["infusion_ops_per_hour_max"] = max(per_hour)
+        out["infusion_gave_back_per_hour_max"] = max(gave_back)
         out["infusion_ops_per_hour_mean"] = sum(per_hour) / len(per_hour)
         out["infusion_ops_total"] = len(run.infusion_ops)
         out["infusion_limit"] = run.infusion.get("max_per_hour")
     else:
         out["infusion_ops_per_hour"] = []
         out["infusion_ops_per_hour_max"] = None
+        out["infusion_gave_back_per_hour_max"] = None
         out["infusion_ops_per_hour_mean"] = None
         out["infusion_ops_total"] = None
         out["infusion_limit"] = None
@@ -783,10 +791,12 @@ KPIS = (
     ("goodput", "Goodput (without preempted runs and replicas)", "ratio", None, None),
     ("utilisation_workload", "GPU utilisation, the workload's jobs alone", "ratio", None, None),
     ("utilisation_replicas", "GPU utilisation, infused replicas", "ratio", None, None),
-    ("infusion_ops_per_hour_max", "Infusion scale operations, busiest trace hour", "count",
-     ("<=", 4), (">", 4)),
-    ("infusion_ops_per_hour_mean", "Infusion scale operations, mean per trace hour", "number",
-     None, None),
+    ("infusion_ops_per_hour_max", "Infusion grow/shrink operations, busiest trace hour "
+     "(InfusionMaxPerHour counts these)", "count", ("<=", 4), (">", 4)),
+    ("infusion_ops_per_hour_mean", "Infusion grow/shrink operations, mean per trace hour",
+     "number", None, None),
+    ("infusion_gave_back_per_hour_max", "Infusion replicas given back to waiting guaranteed "
+     "work, busiest trace hour (outside the limit)", "count", None, None),
     ("guaranteed_peak_share", "P0+P1 peak share of the GPUs (cap)", "ratio", ("<=", 0.80), None),
 ) + tuple((f"wait_p{p}_{t}", f"Wait p{p} {t}", "seconds", None, None)
          for t in TIERS for p in (50, 99)) + tuple(
@@ -1016,10 +1026,10 @@ def _run_section(run: Run, k: Dict[str, object], problems: List[str]) -> str:
         "-" if r is None else f"{100 * r:.0f}%" for r in k["p3_rate_by_hour"]))
     if k["infusion_ops_total"] is not None:
         lines.append("")
-        lines.append(f"Capacity infusion: {k['infusion_ops_total']} scale operations "
+        lines.append(f"Capacity infusion: {k['infusion_ops_total']} operations "
                      f"(limit {k['infusion_limit']} an hour); replicas used "
-                     f"{_fmt('ratio', k['utilisation_replicas'])} of the GPUs; operations by "
-                     "trace hour: " + " ".join(str(n) for n in k["infusion_ops_per_hour"]))
+                     f"{_fmt('ratio', k['utilisation_replicas'])} of the GPUs; grow/shrink "
+                     "operations by trace hour: " + " ".join(str(n) for n in k["infusion_ops_per_hour"]))
     lines.append("")
     for t in ("P0", "P1"):
         lines.append(f"{t}: {k[f'{t.lower()}_sla_counted']} starts counted for the SLA, "
