@@ -20,7 +20,7 @@ decide).
 
 A run is valid when its submissions kept up with the workload's clock: the
 99th percentile of their lateness (report.submission_lag: Slurm's submit
-time against the workload's) at most MAX_LAG_TRACE seconds of trace time,
+time against the workload's) at most report.MAX_LAG_TRACE_MINUTES of trace time,
 and the window not overrun; an invalid run is listed and left out of
 every figure.
 """
@@ -38,10 +38,9 @@ from tools.replay import report as R
 # Student's t, two-sided 95%, by degrees of freedom.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
        9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
-MAX_LAG_TRACE = 15 * 60.0
 
 # The figures the summary carries (report.py's KPI keys).
-KEYS = [k for k, *_ in R.KPIS] + ["p3_longest_first_start_wait"]
+KEYS = [k for k, *_ in R.KPIS]
 
 
 def t95(df: int) -> float:
@@ -77,20 +76,12 @@ def judge(iv: Dict[str, object], op: str, target: float) -> str:
     return verdict + (" (one run)" if iv["runs"] == 1 else "")
 
 
-def first_start_wait(run: R.Run) -> Optional[float]:
-    """The longest wait of a P3 job before its first start (trace s), jobs
-    never started counted to the window's end."""
-    waits = [run.trace((j["first_start"] if j["first_start"] is not None else run.end)
-                       - j["eligible"]) for j in run.jobs if j["tier"] == "P3"]
-    return max(waits) if waits else None
-
-
 def validity(run: R.Run) -> List[str]:
     why = []
     lag = R.submission_lag(run)
     if lag is None:
         why.append("no workload to measure the submissions' lateness against")
-    elif lag["p99"] * run.k > MAX_LAG_TRACE:
+    elif lag["p99_trace_minutes"] > R.MAX_LAG_TRACE_MINUTES:
         why.append(f"submissions late: p99 {lag['p99']:.1f} s wall = "
                    f"{lag['p99_trace_minutes']:.0f} trace min")
     window_end = run.meta.get("window_end")
@@ -113,9 +104,8 @@ def load_runs(runs_dir: str, warmup: Optional[float]):
             invalid.append({"dir": d, "why": why})
             continue
         k = R.compute_kpis(m)
-        k["p3_longest_first_start_wait"] = first_start_wait(m)
         k["seed"] = run.run
-        k["submit_lag_p99_trace_s"] = R.submission_lag(run)["p99"] * run.k
+        k["submit_lag_p99_trace_s"] = R.submission_lag(run)["p99_trace_minutes"] * 60.0
         by_load.setdefault(load, []).append((m, k, R.check_consistency(d)))
     return by_load, invalid
 
@@ -183,9 +173,7 @@ def _cell(kind: str, iv: Dict[str, object]) -> str:
 
 def markdown(summary: Dict[str, object], invalid: List[Dict]) -> str:
     kinds = {key: kind for key, _, kind, *_ in R.KPIS}
-    kinds.update({"p3_longest_first_start_wait": "seconds", "p3_longest_wait": "seconds"})
     labels = {key: label for key, label, *_ in R.KPIS}
-    labels["p3_longest_first_start_wait"] = "Longest P3 wait before its first start"
     md = ["# Steady state: stock Slurm and Plan C, every configuration, from one tree", ""]
     for load, s in summary["loads"].items():
         runs = s["runs"]
