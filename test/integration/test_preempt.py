@@ -255,41 +255,56 @@ def test_robbed_preemptor_preempts_again_at_once(c):
     preempts one P3 job; while that victim's node is held completing
     (its slurmd stopped for 2 s), a P0 job B pinned to that node arrives,
     cannot preempt (P1 is never preempted), and takes the freed GPUs first
-    (P0 ranks before P2).  A must then preempt the other P3 job at once."""
+    (P0 ranks before P2).  A must then preempt the other P3 job at once.
+
+    The slurmds stay stopped only while A is submitted and B released (B is
+    submitted held beforehand, one per node): stopped longer than
+    MessageTimeout, slurmctld's kill RPC would time out, the node would be
+    marked not responding and the kill retried a minute later."""
     v1 = submit(c, "pcbob", "acct-spot", "p3", 4, "-w", "gpu1")
     submit(c, "pccarol", "acct-api", "p1", 4, "-w", "gpu1")
     v2 = submit(c, "pcbob", "acct-spot", "p3", 4, "-w", "gpu2")
     submit(c, "pccarol", "acct-api", "p1", 4, "-w", "gpu2")
     others = [submit(c, "pcbob", "acct-spot", "p2", 8, "-w", n) for n in ("gpu3", "gpu4")]
+    held_b = {n: submit(c, "pcalice", "acct-lease", "p0", 4, "-w", n, "-H") for n in ("gpu1", "gpu2")}
     c.wait_for("the cluster to be full",
                lambda: c.run("squeue", "-h", "-t", "R", "-o", "%i").stdout.split().__len__() == 6,
                timeout=60)
     pids = {n: int(open(os.path.join(c.dir, "run", f"slurmd-{n}.pid")).read())
             for n in ("gpu1", "gpu2")}
     node_of = {v1: "gpu1", v2: "gpu2"}
+    log = c.log_offset()
     stopped = []
     try:
         for pid in pids.values():
             os.kill(pid, signal.SIGSTOP)
             stopped.append(pid)
+        t_stop = time.time()
         a = submit(c, "pcbob", "acct-spot", "p2", 4)
         first_victim = c.wait_for("A's first preemption",
                                   lambda: next((v for v in (v1, v2) if c.state(v) != "RUNNING"),
-                                               None), timeout=30)
+                                               None), timeout=30, interval=0.2)
         t_first = time.time()
         second_victim = v2 if first_victim == v1 else v1
-        b = submit(c, "pcalice", "acct-lease", "p0", 4, "-w", node_of[first_victim])
-        time.sleep(2)
+        b = held_b[node_of[first_victim]]
+        c.run("scontrol", "release", b, check=True)
         assert c.state(b) == "PENDING" and c.state(a) == "PENDING"
     finally:
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
-    c.wait_for("B to take the freed GPUs", lambda: running(c, b), timeout=30)
+    held_for = time.time() - t_stop
+    c.run("scancel", *(j for j in held_b.values() if j != b), check=True)
+    try:
+        c.wait_for("B to take the freed GPUs", lambda: running(c, b), timeout=30)
+    except AssertionError as e:
+        queue = c.run("squeue", "-h", "-o", "%i %q %T %r %N").stdout
+        raise AssertionError(f"{e}; slurmds stopped {held_for:.1f} s; queue:\n{queue}"
+                             f"slurmctld.log:\n{c.log_since(log)[-6000:]}") from None
     c.wait_for("A's second preemption", lambda: c.state(second_victim) != "RUNNING", timeout=60)
     t_second = time.time() - t_first
     c.wait_for("A to run", lambda: running(c, a), timeout=60)
     print(f"\nrobbed preemptor: second preemption {t_second:.1f} s after the first "
-          f"(Slurm alone: not before KillWait + MessageTimeout = 12 s)")
+          f"(Slurm alone: not before KillWait + MessageTimeout = 12 s); slurmds stopped {held_for:.1f} s")
     assert c.squeue_field(b, "%N") == node_of[first_victim]
     assert c.squeue_field(a, "%N") == node_of[second_victim]
     # Without the plugin's release A could not preempt again before 12 s.
