@@ -169,6 +169,9 @@ std::vector<TrackerAction> PreemptionTracker::plan(TimeMs now_ms,
   std::vector<TrackerAction> out;
   std::vector<uint32_t> drop;
   for (auto& [id, v] : victims_) {
+    // Started after the worker took its view (Slurm's scheduling pass
+    // preempts between watched() and plan()): looked at next time.
+    if (!seen.count(id)) continue;
     const JobView& jv = view_of(seen, id);
     switch (v.phase) {
       case Phase::kGrace: {
@@ -210,6 +213,10 @@ std::vector<TrackerAction> PreemptionTracker::plan(TimeMs now_ms,
   for (uint32_t id : drop) victims_.erase(id);
   const time_t now = static_cast<time_t>(now_ms / 1000);
   for (auto it = preemptors_.begin(); it != preemptors_.end();) {
+    if (!seen.count(it->first)) {  // its first victim came after the view
+      ++it;
+      continue;
+    }
     const JobView& pv = view_of(seen, it->first);
     bool over = pv.state != State::kPending || !pv.waits_on_preemption ||
                 now - it->second.since > kPreemptorWatchSeconds;
@@ -219,6 +226,9 @@ std::vector<TrackerAction> PreemptionTracker::plan(TimeMs now_ms,
                                  // Completing: its nodes are not free yet, whatever
                                  // its run (Slurm counts the requeue as it starts
                                  // completing); running: only the run preempted.
+                                 // Not in the view: preempted after it was
+                                 // taken, so running.
+                                 if (!seen.count(v.first)) return true;
                                  const JobView& jv = view_of(seen, v.first);
                                  return jv.state == State::kCompleting ||
                                         (jv.run == v.second && holds_resources(jv));

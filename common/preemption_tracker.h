@@ -61,7 +61,8 @@ inline constexpr time_t kPreemptorWatchSeconds = 600;
 // is told one second more (kSlurmGraceExtraSeconds) and compares its
 // end_time in whole seconds (now >= end_time), so its own scheduling passes
 // never end a grace before the plugin does: timed from the truncated second,
-// a 30 s grace could be 29.1 s.
+// a 30 s grace could be 29.1 s.  When the worker ends a grace it brings
+// Slurm's end_time forward to that moment (slurm::end_grace).
 inline constexpr TimeMs kGraceSlackMs = 2;
 inline constexpr uint32_t kSlurmGraceExtraSeconds = 1;
 
@@ -141,8 +142,12 @@ class PreemptionTracker {
 
   // The jobs whose state plan() needs.
   std::vector<uint32_t> watched() const;
-  // What to do now.  Jobs missing from `seen` count as gone.  Drops what
-  // needs no more watching (an ended preemptor, a victim that is over).
+  // What to do now.  `seen` holds every job of watched() (kGone for one
+  // slurmctld no longer has); a job missing from it was not looked at (its
+  // preemption started after watched(): Slurm's scheduling pass preempts
+  // while the worker waits for the job lock) and is left for the next
+  // plan().  Drops what needs no more watching (an ended preemptor, a
+  // victim that is over).
   std::vector<TrackerAction> plan(TimeMs now_ms, const std::map<uint32_t, JobView>& seen);
   // The worker did (happened) or could not do an action.  kCallOff that
   // happened takes the preemption back from the ledger; kEndGrace or

@@ -212,8 +212,11 @@ std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids) {
   std::map<uint32_t, JobView> out;
   for (uint32_t id : ids) {
     const job_record_t* job = find_job_record(id);
-    if (!job) continue;
-    JobView v;
+    JobView v;  // kGone unless found
+    if (!job) {
+      out[id] = v;
+      continue;
+    }
     if (IS_JOB_COMPLETING(job))
       v.state = JobView::State::kCompleting;
     else if (IS_JOB_PENDING(job))
@@ -255,7 +258,14 @@ constexpr uint16_t kWholeJob = KILL_JOB_BATCH | KILL_FULL_JOB;
 bool end_grace(uint32_t victim, uint32_t preemptor, const std::string& note) {
   job_record_t* job = find_job_record(victim);
   time_t now = time(nullptr);
-  if (!job || !IS_JOB_RUNNING(job) || !job->preempt_time || now < job->end_time) return false;
+  if (!job || !IS_JOB_RUNNING(job) || !job->preempt_time) return false;
+  // Slurm's deadline is kSlurmGraceExtraSeconds past the tracker's, in
+  // whole seconds; the tracker's is the grace, to the millisecond.  Slurm
+  // preempts only once its end_time has come, so it is brought forward to
+  // now; never by more than the extra second and the second's truncation
+  // (a call that early is a bug, and the grace runs on).
+  if (now + static_cast<time_t>(kSlurmGraceExtraSeconds) + 1 < job->end_time) return false;
+  if (now < job->end_time) job->end_time = now;
   job_record_t* p = preemptor ? find_job_record(preemptor) : nullptr;
   set_owner_note(job, note);
   if (job->batch_flag) job_signal(job, SIGKILL, kWholeJob, 0, false);

@@ -82,7 +82,7 @@ std::vector<uint32_t> ended_jobs(const std::vector<uint32_t>& ids);
 // REQUIRES the job read lock.
 Entitlement entitlement_of(const PlancConfig& cfg, const job_record_t* job);
 
-// What slurmctld shows of each of `ids` (absent ones are gone).
+// What slurmctld shows of each of `ids` (one slurmctld no longer has: kGone).
 // REQUIRES the job read lock.
 std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids);
 

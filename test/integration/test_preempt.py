@@ -310,3 +310,30 @@ def test_robbed_preemptor_preempts_again_at_once(c):
     # Without the plugin's release A could not preempt again before 12 s.
     assert t_second < 10, t_second
     assert all(running(c, j) for j in others)
+
+
+def test_whole_node_p0_ends_both_graces_on_time(c):
+    """An 8-GPU P0 job in a pool of 4-GPU P2 jobs needs a whole node: both
+    P2 jobs on one node, preempted in one scheduling pass.  Each grace ends
+    30 s after its start, by slurmctld's log, and the P0 job runs within 40 s
+    of its submission.  (The plugin's worker used to lose the second victim
+    when it looked at the jobs between the two preemptions; that grace then
+    ran until Slurm's own timer, every 30 s, and the P0 job waited 45-55 s.
+    It did so in about 4 runs out of 10.)"""
+    p2 = [submit(c, "pcbob", "acct-spot", "p2", 4) for _ in range(8)]
+    c.wait_for("the pool full of P2 jobs", lambda: all(running(c, j) for j in p2), timeout=90)
+    log = c.log_offset()
+    p0 = submit(c, "pcalice", "acct-lease", "p0", 8)
+    c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=90)
+    text = c.log_since(log)
+    stamp = r"\[(\S+)\] "
+    began = {j: t for t, j in re.findall(stamp + rf"preempt/planc: JobId=(\d+) \(P2\) preempted by JobId={p0} ", text)}
+    ended = {j: t for t, j in re.findall(stamp + rf"preempted JobId=(\d+) has been requeued to reclaim resources for JobId={p0}\b", text)}
+    at = datetime.datetime.fromisoformat
+    graces = {j: (at(ended[j]) - at(began[j])).total_seconds() for j in began if j in ended}
+    print(f"\nwhole-node P0: running {submit_to_start(c, p0):.0f} s after submission; "
+          f"graces {graces}")
+    assert len(began) == 2 and set(began) <= set(p2), began
+    assert set(graces) == set(began), (began, ended)
+    assert all(30 <= g < 31 for g in graces.values()), graces
+    assert submit_to_start(c, p0) <= 40

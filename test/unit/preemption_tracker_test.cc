@@ -76,6 +76,47 @@ TEST(PreemptionTrackerTest, GraceEndsOnTimeNotBefore) {
   EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 31), 1u);
 }
 
+// Slurm's scheduling pass preempts a whole node's jobs one after another
+// while the worker waits for the job lock with the list of jobs it asked
+// about: a victim started after that list is not "gone" (it was dropped,
+// its grace outlived by 5-15 s and its preemptor started after 45-55 s),
+// and a preemptor whose victims are not all in the view is not robbed.
+TEST(PreemptionTrackerTest, VictimStartedAfterTheViewIsLookedAtNextTime) {
+  constexpr uint32_t kSecond = 11;
+  PreemptionTracker t(3, 86400);
+  t.start(event(), kT0ms);
+  const auto early = t.watched();
+  EXPECT_EQ(early, (std::vector<uint32_t>{kVictim, kPreemptor}));
+  t.start(event(kSecond), kT0ms + 1);  // between watched() and plan()
+  auto seen = in_grace();              // what the worker saw of `early`
+  EXPECT_TRUE(t.plan(kT0ms + 500, seen).empty());
+  EXPECT_EQ(t.in_grace(), 2u);
+  seen[kSecond] = view(S::kRunning, true);
+  auto a = t.plan(kT0ms + 1 + 30'000 + kGraceSlackMs, seen);
+  ASSERT_EQ(kinds(a), (std::vector<K>{K::kEndGrace, K::kEndGrace}));
+  EXPECT_EQ(a[0].job_id, kVictim);
+  EXPECT_EQ(a[1].job_id, kSecond);
+  // A job slurmctld no longer has is in the view as gone: dropped.
+  PreemptionTracker g(3, 86400);
+  g.start(event(), kT0ms);
+  EXPECT_EQ(kinds(g.plan(kT0ms + 500, {{kVictim, view(S::kGone)},
+                                       {kPreemptor, view(S::kPending, false, true)}})),
+            std::vector<K>{K::kReleasePreemptor});
+  EXPECT_EQ(g.in_grace(), 0u);
+  // The first victim requeued by Slurm, the second not in the view: the
+  // preemptor is not robbed (it would be told to preempt again).
+  PreemptionTracker r(3, 86400);
+  r.start(event(), kT0ms);
+  r.start(event(kSecond), kT0ms + 1);
+  EXPECT_TRUE(r.plan(kT0ms + 500,
+                     {{kVictim, view(S::kPending)}, {kPreemptor, view(S::kPending, false, true)}})
+                  .empty());
+  EXPECT_EQ(kinds(r.plan(kT0ms + 600, {{kVictim, view(S::kPending)},
+                                       {kSecond, view(S::kPending)},
+                                       {kPreemptor, view(S::kPending, false, true)}})),
+            std::vector<K>{K::kReleasePreemptor});
+}
+
 TEST(PreemptionTrackerTest, CalledOffWhenThePreemptorNoLongerNeedsTheVictim) {
   struct Case {
     const char* name;
@@ -368,8 +409,9 @@ TEST(PreemptionTrackerTest, ForgetsEndedJobsButNotThoseInFlight) {
   PreemptionTracker t(3, 86400);
   t.start(event(), kT0ms);
   t.start(event(kVictim + 1, 0), kT0ms);
-  t.plan(kT0ms + 1'000,
-         {{kVictim, view(S::kRunning, true)}, {kPreemptor, view(S::kPending, false, true)}});
+  t.plan(kT0ms + 1'000, {{kVictim, view(S::kRunning, true)},
+                         {kVictim + 1, view(S::kGone)},
+                         {kPreemptor, view(S::kPending, false, true)}});
   t.forget({kVictim, kVictim + 1});
   EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 1), 1u) << "in its grace";
   EXPECT_EQ(t.ledger().count_in_window(kVictim + 1, kT0 + 1), 0u);
