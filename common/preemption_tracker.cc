@@ -77,6 +77,7 @@ std::optional<std::string> decode(std::string_view s) {
 }  // namespace
 
 PreemptionEvent PreemptionTracker::start(PreemptionEvent e, TimeMs now_ms) {
+  version_++;
   if (!e.when_ms) e.when_ms = now_ms;
   ledger_.record(e.victim_job, e.when);
   e.count_in_window = ledger_.count_in_window(e.victim_job, e.when);
@@ -100,6 +101,7 @@ PreemptionEvent PreemptionTracker::start(PreemptionEvent e, TimeMs now_ms) {
 PreemptionTracker::RunEnd PreemptionTracker::run_ended(uint32_t job_id, RunEndVerdict verdict,
                                                        bool requeueable, TimeMs now_ms) {
   using K = RunEnd::Kind;
+  version_++;
   auto it = victims_.find(job_id);
   if (it != victims_.end() && it->second.phase == Phase::kRequeuing) return {K::kDuplicate, {}};
   const bool in_grace = it != victims_.end() && it->second.phase == Phase::kGrace;

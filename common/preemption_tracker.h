@@ -63,7 +63,10 @@ inline constexpr time_t kPreemptorWatchSeconds = 600;
 // never end a grace before the plugin does: timed from the truncated second,
 // a 30 s grace could be 29.1 s.  When the worker ends a grace it brings
 // Slurm's end_time forward to that moment (slurm::end_grace).
-inline constexpr TimeMs kGraceSlackMs = 2;
+// The slack also covers the SIGTERM's way out: it leaves through
+// slurmctld's agent after the grace's start is taken, and may wait there
+// for the scheduling pass that started the preemption.
+inline constexpr TimeMs kGraceSlackMs = 200;
 inline constexpr uint32_t kSlurmGraceExtraSeconds = 1;
 
 // What slurmctld shows of one watched job (the adapter reads it under the
@@ -142,6 +145,11 @@ class PreemptionTracker {
 
   // The jobs whose state plan() needs.
   std::vector<uint32_t> watched() const;
+  // Counts the changes Slurm's callbacks make (start(), run_ended()).  The
+  // worker reads it with watched() and again before plan(): a change
+  // between the two (a scheduling pass preempting while the worker waits
+  // for the job lock) makes its view stale, and it looks again.
+  uint64_t version() const { return version_; }
   // What to do now.  `seen` holds every job of watched() (kGone for one
   // slurmctld no longer has); a job missing from it was not looked at (its
   // preemption started after watched(): Slurm's scheduling pass preempts
@@ -217,13 +225,18 @@ class PreemptionTracker {
     bool operator==(const Preemptor&) const = default;
   };
   static TimeMs grace_end_ms(const PreemptionEvent& e) {
-    const TimeMs started = std::max<TimeMs>(e.when_ms, static_cast<TimeMs>(e.when) * 1000);
+    // Without its millisecond start (a grace read from an older state
+    // file) it is timed from the end of its second, never short.
+    const TimeMs started = e.when_ms
+                               ? std::max<TimeMs>(e.when_ms, static_cast<TimeMs>(e.when) * 1000)
+                               : (static_cast<TimeMs>(e.when) + 1) * 1000;
     return started + static_cast<TimeMs>(e.grace_seconds) * 1000 + kGraceSlackMs;
   }
   void drop_victim(uint32_t job_id);
 
   PreemptLedger ledger_;
   std::map<uint32_t, Victim> victims_;
+  uint64_t version_ = 0;  // not saved: only compared within one pass
   std::map<uint32_t, Preemptor> preemptors_;
   std::map<uint32_t, uint32_t> fallbacks_;
   bool dirty_ = false;

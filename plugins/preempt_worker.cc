@@ -32,6 +32,9 @@ constexpr auto kBusyTick = std::chrono::milliseconds(200);
 constexpr auto kIdleTick = std::chrono::milliseconds(5000);
 // How often the metrics snapshot is written (the idle tick's pace).
 constexpr auto kMetricsInterval = std::chrono::seconds(5);
+// How often one pass takes the jobs' view again when Slurm changed the
+// tracker while it was taken.
+constexpr int kViewTries = 3;
 // A pass that starts or lasts longer than this past its time is logged.
 constexpr auto kStallReport = std::chrono::seconds(10);
 
@@ -324,14 +327,24 @@ void run_worker(Plugin* pp) {
     // Nothing about jobs can be known before slurmctld has loaded them
     // (after a restart the tracker may already hold graces).
     if (!planc::slurm::jobs_loaded()) continue;
-    if (p.tracker.busy()) {
+    // The view is taken without mu (Slurm's callbacks take mu under the job
+    // write lock).  A callback meanwhile (a scheduling pass preempting a
+    // node's second job, a run ending) makes it stale: look again, a few
+    // times at most; a pass that never gets a fresh view plans nothing.
+    std::map<uint32_t, planc::JobView> seen;
+    bool fresh = false;
+    for (int tries = 0; p.tracker.busy() && !fresh && tries < kViewTries; tries++) {
       std::vector<uint32_t> ids = p.tracker.watched();
+      const uint64_t version = p.tracker.version();
       l.unlock();
       slurmctld_lock_t job_read = {.job = READ_LOCK};
       lock_slurmctld(job_read);
-      auto seen = planc::slurm::view_jobs(ids);
+      seen = planc::slurm::view_jobs(ids);
       unlock_slurmctld(job_read);
       l.lock();
+      fresh = p.tracker.version() == version;
+    }
+    if (fresh) {
       auto actions = p.tracker.plan(now_ms(), seen);
       if (!actions.empty()) {
         l.unlock();

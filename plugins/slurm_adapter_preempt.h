@@ -98,8 +98,11 @@ void set_owner_note(job_record_t* job, const std::string& note);
 // dying script's completion cannot be taken for a normal end; the
 // preemptor's preempt_start_time is stamped as node_scheduler.c does, so
 // the next pass waits for these resources.  Writes `note` first, so the
-// PREEMPTED record carries it.  false when the job is no longer running in
-// a preemption whose grace has run out.  REQUIRES an update's write locks
+// PREEMPTED record carries it.  Slurm's end_time (kSlurmGraceExtraSeconds
+// past the tracker's deadline, in whole seconds) is brought forward to now,
+// so the grace ends when the tracker says; a call more than that second and
+// the second's truncation early is refused.  false when the job is no
+// longer running in a preemption.  REQUIRES an update's write locks
 // (config read, job and node write, partition and federation read).
 bool end_grace(uint32_t victim, uint32_t preemptor, const std::string& note);
 

@@ -318,7 +318,7 @@ def test_whole_node_p0_ends_both_graces_on_time(c):
     30 s after its start, by slurmctld's log, and the P0 job runs within 40 s
     of its submission.  (The plugin's worker used to lose the second victim
     when it looked at the jobs between the two preemptions; that grace then
-    ran until Slurm's own timer, every 30 s, and the P0 job waited 45-55 s.
+    ran until Slurm's own timer, every 30 s, and the P0 job waited 42-53 s.
     It did so in about 4 runs out of 10.)"""
     p2 = [submit(c, "pcbob", "acct-spot", "p2", 4) for _ in range(8)]
     c.wait_for("the pool full of P2 jobs", lambda: all(running(c, j) for j in p2), timeout=90)

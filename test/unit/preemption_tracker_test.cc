@@ -79,7 +79,7 @@ TEST(PreemptionTrackerTest, GraceEndsOnTimeNotBefore) {
 // Slurm's scheduling pass preempts a whole node's jobs one after another
 // while the worker waits for the job lock with the list of jobs it asked
 // about: a victim started after that list is not "gone" (it was dropped,
-// its grace outlived by 5-15 s and its preemptor started after 45-55 s),
+// its grace outlived by 5-15 s and its preemptor started after 42-53 s),
 // and a preemptor whose victims are not all in the view is not robbed.
 TEST(PreemptionTrackerTest, VictimStartedAfterTheViewIsLookedAtNextTime) {
   constexpr uint32_t kSecond = 11;
@@ -115,6 +115,22 @@ TEST(PreemptionTrackerTest, VictimStartedAfterTheViewIsLookedAtNextTime) {
                                        {kSecond, view(S::kPending)},
                                        {kPreemptor, view(S::kPending, false, true)}})),
             std::vector<K>{K::kReleasePreemptor});
+}
+
+// What Slurm's callbacks change moves version(): the worker's view taken
+// across such a change is stale.  Its own actions do not.
+TEST(PreemptionTrackerTest, VersionMovesWithSlurmsCallbacksOnly) {
+  PreemptionTracker t(3, 86400);
+  const uint64_t v0 = t.version();
+  t.start(event(), kT0ms);
+  const uint64_t v1 = t.version();
+  EXPECT_GT(v1, v0);
+  auto a = t.plan(kT0ms + 30'000 + kGraceSlackMs, in_grace());
+  ASSERT_EQ(kinds(a), std::vector<K>{K::kEndGrace});
+  t.done(a[0], true);
+  EXPECT_EQ(t.version(), v1);
+  t.run_ended(kVictim, RunEndVerdict::kNotOurs, true, kT0ms + 31'000);
+  EXPECT_GT(t.version(), v1);
 }
 
 TEST(PreemptionTrackerTest, CalledOffWhenThePreemptorNoLongerNeedsTheVictim) {
@@ -335,7 +351,7 @@ TEST(PreemptionTrackerTest, StateFileKeepsGracesAcrossARestart) {
   over.preempted_state = true;
   auto seen = in_grace();
   seen[kVictim + 2] = over;
-  auto a = back.plan(kT0ms + 30'100, seen);
+  auto a = back.plan(kT0ms + 30'000 + kGraceSlackMs, seen);
   ASSERT_EQ(kinds(a), (std::vector<K>{K::kEndGrace, K::kRequeue}));
   PreemptionEvent want = event();
   want.count_in_window = 1;
@@ -388,15 +404,16 @@ TEST(PreemptionTrackerTest, RestartKeepsTheGracesMillisecondStart) {
   PreemptionTracker r = std::move(back).value();
   EXPECT_EQ(r.next_due(), kT0ms + 900 + 30'000 + kGraceSlackMs);
   EXPECT_TRUE(r.plan(kT0ms + 30'000 + kGraceSlackMs, in_grace()).empty());
-  EXPECT_EQ(kinds(r.plan(kT0ms + 30'902, in_grace())), std::vector<K>{K::kEndGrace});
+  EXPECT_EQ(kinds(r.plan(kT0ms + 900 + 30'000 + kGraceSlackMs, in_grace())),
+            std::vector<K>{K::kEndGrace});
 
-  // A v3 file (no ms): timed from the whole second, as that release did.
+  // A v3 file (no ms): timed from the end of its second, never short.
   auto v3 = PreemptionTracker::parse(
       frame_state("planc-preempt-state v3",
                   "V 10 0 " + std::to_string(kT0) + " 30 1 1 0 2 99 0 1 a:acct\n", 1),
       3, 86400);
   ASSERT_TRUE(v3.ok()) << v3.error();
-  EXPECT_EQ(v3.value().next_due(), kT0ms + 30'000 + kGraceSlackMs);
+  EXPECT_EQ(v3.value().next_due(), kT0ms + 1'000 + 30'000 + kGraceSlackMs);
   // A v4 victim without its ms start is damage.
   EXPECT_FALSE(PreemptionTracker::parse(
                    frame_state("planc-preempt-state v4",
