@@ -14,8 +14,8 @@ constexpr std::string_view kHeader = "planc-metrics v1";
 
 using T = MetricType;
 
-// The HELP texts say exactly what is counted; the README's metric table
-// repeats them.
+// The HELP texts say exactly what is counted; the metric table in
+// docs/metrics-and-alerts.md repeats them.
 const std::vector<MetricInfo> kCatalog = {
     {"planc_exporter_source_up", T::kGauge, "source", "exporter",
      "1 if the source was read and is fresh: a snapshot written within --max-age seconds and "

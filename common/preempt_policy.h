@@ -126,8 +126,8 @@ struct VictimFacts {
 // order of two running jobs never changes while they run.  (Counted from
 // each job's start, jobs crossed into their next minute one at a time and
 // the order Slurm preempts in shifted from one scheduling pass to the next;
-// see README, "Victim order".)  0 for a job not started or a clock gone
-// backwards.
+// see docs/design.md, "preempt/planc".)  0 for a job not started or a
+// clock gone backwards.
 uint32_t run_minutes(time_t started, time_t now);
 
 // Slurm preempts candidates in ascending order of this rank.  (The plugin

@@ -823,7 +823,7 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
               << "\n";
   if (!hidden.empty())
     std::cout << "  (these ran on the nodes but no bill can be filled: their end is recorded "
-                 "nowhere Plan C reads; see README, \"After a controller crash\")\n";
+                 "nowhere Plan C reads; see docs/admin-guide.md, \"After a controller crash\")\n";
   return (missing.empty() || o.fill) && hidden.empty() ? 0 : 3;
 }
 

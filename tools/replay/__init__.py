@@ -6,7 +6,7 @@ synthetic workloads, all into one neutral job list and CSV file, and says
 how time compression (factor k) scales the policy's clocks.  `report`
 reads what the cluster-driving half collects from a replay (jobs.csv,
 segments.csv, sacct_segments.csv, run.json) and computes the section 9
-KPIs with the README's metric definitions, the consistency checks, the
+KPIs with docs/metrics-and-alerts.md's metric definitions, the consistency checks, the
 stock-vs-planc comparison and the plots.
 
 Only the Python standard library and Debian bookworm's python3-numpy and

@@ -2,10 +2,11 @@
 
 Pure functions over small tables (lists of dicts), all times in *trace*
 seconds unless a function says otherwise; the replay report (report.py)
-turns a run's wall times into trace time and calls these.  The README's
-"Alerts (Prometheus)" says how the recording rules read the same KPIs
-from the exporter's counters (planc:p2_run_seconds_per_preemption:24h is
-the P2 figure below; the exporter counts runs by the tier they ran as).
+turns a run's wall times into trace time and calls these.
+docs/metrics-and-alerts.md, "Alerts (Prometheus)", says how the recording
+rules read the same KPIs from the exporter's counters
+(planc:p2_run_seconds_per_preemption:24h is the P2 figure below; the
+exporter counts runs by the tier they ran as).
 
 The policy's table (section 9) and what each line means here:
 

@@ -46,7 +46,7 @@ jobs.csv: one row per job of the workload that was submitted
                  limits before its first start, as planc-exporter's
                  planc_guaranteed_starts_excluded_total reason says
                  (held, dependency, begin_time, limit); such P0/P1 jobs are
-                 left out of the SLA as the README's metric does
+                 left out of the SLA as the exporter's metric does
 
 segments.csv: one row per bill in planc.bill (jobcomp/planc bills both
     configurations), i.e. one per run segment
@@ -66,7 +66,7 @@ sacct_segments.csv: the same runs as slurmdbd has them, from
     job_id, start, end, state (only its first word is compared:
     "CANCELLED by 0" is CANCELLED)
 
-== KPIs: the README's definitions (Metrics, Alerts), over [t0, end] =========
+== KPIs: docs/metrics-and-alerts.md's definitions, over [t0, end] =========
 
 Section 9's own KPIs (the SLA over every submission, P2 run before
 interruption, P3 preemption rate by submitted tier, utilisation beside its
@@ -104,7 +104,7 @@ targets.  What follows are the exporter's readings, shown beside them.
   counts a job that never started up to `end`.  For P2 also from
   submission (a bid held for its market round is not eligible until the
   round releases it), and the P2 jobs that never started.
-- Lost GPU-hours: gpu_cards x length of preempted segments (the README's
+- Lost GPU-hours: gpu_cards x length of preempted segments (docs/billing.md's
   "unfinished preempted time"), per tier; P2 jobs checkpoint, so theirs is
   lost runtime rather than lost work.
 - Revenue: sum of amount_micros (both configs are billed by jobcomp/planc
@@ -767,7 +767,7 @@ def check_consistency(run_dir: str) -> List[str]:
 
 # (key, label, kind, target, alert): kind "ratio" prints %, "hours", "count",
 # "seconds" (trace), "money".  target/alert: (op, value) or None; the
-# sources are the README's Alerts table (policy section 9).
+# sources are the Alerts table of docs/metrics-and-alerts.md (policy section 9).
 KPIS = (
     ("p0_sla_every", "P0 SLA attainment, every submission (start <= 40 s wall)", "ratio",
      (">=", 0.999), ("<", 0.995)),
@@ -850,7 +850,7 @@ def _fmt_limit(kind: str, lim) -> str:
 
 def verdict(value: Optional[float], target, alert) -> str:
     """'met', 'missed', 'missed, alert' ("below"/"above" strict, as the
-    README's alerts), or '' without a target or a value."""
+    alerts of docs/metrics-and-alerts.md), or '' without a target or a value."""
     if target is None or value is None:
         return ""
     if _OPS[target[0]](value, target[1]):
@@ -1087,11 +1087,11 @@ def write_report(run_dirs: Sequence[str], out_dir: str,
     md.append(f"Runs: {len(runs)}; k = {', '.join(f'{k:g}' for k in ks)}. Every figure is in trace "
               "time (wall durations x k), except the SLA's 40 s, which are wall seconds (a "
               "scheduler latency does not scale). Definitions: tools/replay/report.py, the "
-              "README's Metrics and Alerts. Revenue is the bills' amounts x k.")
+              "docs/metrics-and-alerts.md. Revenue is the bills' amounts x k.")
     md.append("")
     md.append(compare(kpis))
     md.append("Met or missed is judged on the mean of a config's runs; \"alert\" means the mean "
-              "is past the README's alert threshold too.")
+              "is past the alert threshold (docs/metrics-and-alerts.md) too.")
     md.append("")
     md.append("![GPUs in use per tier](gpus_in_use.png)")
     md.append("")
