@@ -733,6 +733,8 @@ class Parser {
       {"StarveAfter", &Parser::set_starve_after},
   };
 
+  friend std::vector<std::string> planc::config_keys();
+
   std::string_view filename_;
   size_t line_ = 0;
   std::string error_;
@@ -891,6 +893,14 @@ std::vector<std::string> policy_warnings(const PlancConfig& cfg) {
 uint32_t guaranteed_gpu_cap(const PlancConfig& cfg, uint32_t total_gpus) {
   return static_cast<uint32_t>(static_cast<uint64_t>(total_gpus) * cfg.guaranteed_cap_percent /
                                100);
+}
+
+std::vector<std::string> config_keys() {
+  std::vector<std::string> out;
+  for (const auto& k : Parser::kGlobalKeys) out.emplace_back(k.name);
+  for (const auto& k : Parser::kTierKeys) out.push_back(std::string("Tier:") + k.name);
+  for (const auto& k : Parser::kPoolKeys) out.push_back(std::string("Pool:") + k.name);
+  return out;
 }
 
 Result<PlancConfig> parse_config(std::string_view text, std::string_view filename) {

@@ -159,6 +159,13 @@ struct PlancConfig {
 // planc-conf check prints them; each plugin logs them when it loads.
 std::vector<std::string> policy_warnings(const PlancConfig& cfg);
 
+// Every key the parser knows, in the parser's own order: global keys by
+// name ("DefaultTier"), a Tier line's keys as "Tier:QOS", a Pool line's as
+// "Pool:Account" ("Tier" and "Pool" themselves start those lines).
+// planc-conf keys prints them; the man page test checks planc.conf(5)
+// against them.
+std::vector<std::string> config_keys();
+
 // Parses planc.conf text; `filename` only labels error messages.
 Result<PlancConfig> parse_config(std::string_view text, std::string_view filename);
 

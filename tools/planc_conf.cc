@@ -14,6 +14,8 @@
 //                              ... | while read -r l; do sacctmgr -i $l; done
 //   planc-conf get FILE KEY    print one setting (for scripts):
 //                              GuaranteedPartition, GuaranteedCapQOS
+//   planc-conf keys            every key planc.conf may hold, one a line
+//   planc-conf --help | --version
 // Exit status: 0 ok, 1 bad config, 2 usage.
 #include <unistd.h>
 
@@ -24,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "planc_config.h"  // PACKAGE_VERSION
+
 #include "common/config.h"
 #include "common/file_system.h"
 #include "common/spot_cap.h"
@@ -31,12 +35,36 @@
 
 namespace {
 
-int usage() {
-  std::fprintf(stderr,
-               "usage: planc-conf check FILE\n"
-               "       planc-conf sacctmgr FILE [--gpus N]\n"
-               "       planc-conf get FILE GuaranteedPartition|GuaranteedCapQOS\n");
+constexpr const char* kUsage =
+    "usage: planc-conf check FILE\n"
+    "       planc-conf sacctmgr FILE [--gpus N]\n"
+    "       planc-conf get FILE GuaranteedPartition|GuaranteedCapQOS\n"
+    "       planc-conf keys\n"
+    "       planc-conf --help | --version\n";
+
+int usage(const std::string& why = "") {
+  if (!why.empty()) std::fprintf(stderr, "planc-conf: %s\n", why.c_str());
+  std::fputs(kUsage, stderr);
   return 2;
+}
+
+int help() {
+  std::fputs(kUsage, stdout);
+  std::fputs(
+      "\n"
+      "  check FILE     parse FILE and print the tier table and every setting, or the\n"
+      "                 error with its line; warn (stderr) for each policy invariant\n"
+      "                 the file breaks; ask slurmdbd about infusion's pools\n"
+      "  sacctmgr FILE  print sacctmgr arguments, one command a line, that create or\n"
+      "                 update the tier QoS and, with --gpus N (the cluster's GPUs),\n"
+      "                 the guaranteed cap's partition QoS\n"
+      "  get FILE KEY   print one setting, for scripts\n"
+      "  keys           print every key planc.conf may hold (Tier:KEY and Pool:KEY\n"
+      "                 for the keys of Tier and Pool lines)\n"
+      "\n"
+      "Exit status: 0 ok, 1 bad configuration, 2 usage.  See planc-conf(8), planc.conf(5).\n",
+      stdout);
+  return 0;
 }
 
 // slurmctld's SlurmUser, from `scontrol show config` ("SlurmUser = slurm(64030)"),
@@ -137,20 +165,55 @@ std::string factor(uint32_t permille) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) return usage();
-  std::string cmd = argv[1];
-  long gpus = -1;
-  std::string key;
-  if (cmd == "sacctmgr" && argc == 5 && std::string(argv[3]) == "--gpus") {
-    char* end = nullptr;
-    gpus = std::strtol(argv[4], &end, 10);
-    if (!end || *end || gpus < 0) return usage();
-  } else if (cmd == "get" && argc == 4) {
-    key = argv[3];
-  } else if (argc != 3 || (cmd != "check" && cmd != "sacctmgr")) {
-    return usage();
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") return help();
+    if (a == "--version" || a == "-V") {
+      std::printf("planc-conf %s\n", PACKAGE_VERSION);
+      return 0;
+    }
   }
-  auto r = planc::load_config(argv[2]);
+  long gpus = -1;
+  // --gpus N (or --gpus=N) may stand anywhere after the command.
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string v;
+    if (args[i] == "--gpus") {
+      if (i + 1 >= args.size()) return usage("--gpus needs a number (the cluster's GPUs)");
+      v = args[i + 1];
+      args.erase(args.begin() + i, args.begin() + i + 2);
+    } else if (args[i].rfind("--gpus=", 0) == 0) {
+      v = args[i].substr(7);
+      args.erase(args.begin() + i);
+    } else {
+      continue;
+    }
+    char* end = nullptr;
+    gpus = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || !end || *end || gpus < 0)
+      return usage("--gpus '" + v + "' is not a number of GPUs (0 or more)");
+    break;
+  }
+  for (const std::string& a : args)
+    if (a.size() > 1 && a[0] == '-') return usage("unknown option '" + a + "'");
+  if (args.empty()) return usage();
+  const std::string cmd = args[0];
+  if (cmd == "keys") {
+    if (args.size() != 1) return usage("keys takes no argument");
+    for (const std::string& k : planc::config_keys()) std::printf("%s\n", k.c_str());
+    return 0;
+  }
+  if (cmd != "check" && cmd != "sacctmgr" && cmd != "get")
+    return usage("unknown command '" + cmd + "'");
+  if (gpus >= 0 && cmd != "sacctmgr") return usage("--gpus belongs to sacctmgr");
+  std::string key;
+  if (cmd == "get") {
+    if (args.size() != 3) return usage("get needs FILE and KEY");
+    key = args[2];
+  } else if (args.size() != 2) {
+    return usage(cmd + " needs exactly one FILE");
+  }
+  const std::string file = args[1];
+  auto r = planc::load_config(file);
   if (!r.ok()) {
     std::fprintf(stderr, "planc-conf: %s\n", r.error().c_str());
     return 1;
@@ -160,7 +223,7 @@ int main(int argc, char** argv) {
   // be piped into sacctmgr).
   if (cmd != "get")
     for (const std::string& w : planc::policy_warnings(cfg))
-      std::fprintf(stderr, "planc-conf: warning: %s: %s\n", argv[2], w.c_str());
+      std::fprintf(stderr, "planc-conf: warning: %s: %s\n", file.c_str(), w.c_str());
   if (cmd == "get") {
     if (planc::iequals(key, "GuaranteedPartition")) {
       std::printf("%s\n", cfg.guaranteed_partition.c_str());
@@ -173,8 +236,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "check") {
-    if (!check_pools(argv[2], cfg)) return 1;
-    std::printf("%s: OK\n", argv[2]);
+    if (!check_pools(file.c_str(), cfg)) return 1;
+    std::printf("%s: OK\n", file.c_str());
     std::printf("%-4s %-16s %-9s %-5s %-11s %-6s %-9s %s\n", "TIER", "QOS", "PRIORITY", "GRACE",
                 "PREEMPTIBLE", "PRICE", "PREEMPTS", "ALIASES");
     for (const planc::Tier& t : cfg.tiers.all()) {
