@@ -157,3 +157,50 @@ def test_planc_conf_check_asks_slurmdbd_whether_a_pools_account_may_use_its_tier
     assert (f"planc-conf: {path}:{n}: pool 'maas': user pcbob has no association in account "
             "acct-api (sacctmgr add user pcbob account=acct-api qos=p3-spot)") in none.stderr, \
         none.stderr
+
+
+def test_planc_admin_check_reports_a_changed_qos_and_setup_mends_it(cluster):
+    """An admin changes a tier's QoS by hand with sacctmgr: planc-admin
+    check names it with the command that fixes it and exits 1; setup
+    without --apply changes nothing; setup --apply makes check clean."""
+    from conftest import ROOT
+    admin = os.path.join(ROOT, "tools", "planc-admin")
+    su = f"host={cluster.env['PGHOST']} port={cluster.env['PGPORT']} dbname=planc user=postgres"
+
+    def grace():
+        r = cluster.run("sacctmgr", "-n", "-P", "show", "qos", "p2-spot", "format=GraceTime",
+                        check=True)
+        return r.stdout.strip()
+
+    try:
+        # Whatever earlier tests left, setup converges first.
+        r = cluster.run(admin, "setup", "--db", su, "--apply", timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = cluster.run(admin, "check", "--db", su, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "planc-admin check: the cluster matches" in r.stdout, r.stdout
+        assert "DRIFT" not in r.stdout
+
+        cluster.run("sacctmgr", "-i", "modify", "qos", "where", "name=p2-spot", "set",
+                    "GraceTime=10", check=True)
+        r = cluster.run(admin, "check", "--db", su, timeout=180)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert ("DRIFT QoS p2-spot: GraceTime is 00:00:10, planc.conf wants 30\n"
+                "  fix: sacctmgr -i modify qos where name=p2-spot set GraceTime=30\n") in r.stdout, \
+            r.stdout
+        assert "planc-admin check: 1 item(s) drifted" in r.stdout, r.stdout
+
+        r = cluster.run(admin, "setup", "--db", su, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "would apply: QoS p2-spot" in r.stdout, r.stdout
+        assert "run with --apply" in r.stdout, r.stdout
+        assert grace() == "00:00:10", "setup without --apply changed the QoS"
+
+        r = cluster.run(admin, "setup", "--db", su, "--apply", timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert grace() == "00:00:30"
+        r = cluster.run(admin, "check", "--db", su, timeout=180)
+        assert r.returncode == 0 and "DRIFT" not in r.stdout, r.stdout + r.stderr
+    finally:
+        cluster.run("sacctmgr", "-i", "modify", "qos", "where", "name=p2-spot", "set",
+                    "GraceTime=30")
