@@ -17,6 +17,9 @@ using T = MetricType;
 // The HELP texts say exactly what is counted; the metric table in
 // docs/metrics-and-alerts.md repeats them.
 const std::vector<MetricInfo> kCatalog = {
+    {"planc_build_info", T::kGauge, "version", "exporter",
+     "Always 1; the version label is planc-exporter's release (the plugins of the same "
+     "package build share it)."},
     {"planc_exporter_source_up", T::kGauge, "source", "exporter",
      "1 if the source was read and is fresh: a snapshot written within --max-age seconds and "
      "intact; 0 if it is missing, corrupt or stale (its figures are then left out, never "

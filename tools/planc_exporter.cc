@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "planc_config.h"  // PACKAGE_VERSION
+
 #include "common/metrics_snapshot.h"
 #include "common/pg_text.h"
 #include "common/state_file.h"
@@ -45,7 +47,9 @@ Serves Plan C's metrics for Prometheus at http://LISTEN/metrics, read at
 each scrape from the snapshots the Plan C plugins write into slurmctld's
 StateSaveLocation.  It never contacts slurmctld.
 
-  --listen ADDR       address:port to serve on             [127.0.0.1:9866]
+  --web.listen-address ADDR
+                      address:port to serve on (--listen is the same)
+                                                        [127.0.0.1:9866]
   --state-dir DIR     slurmctld's StateSaveLocation         [/var/spool/slurmctld]
   --sources LIST      snapshots to read, comma-separated    [slurmctld,preempt,jobcomp]
   --max-age SECONDS   older snapshots count as down         [60]
@@ -59,6 +63,7 @@ StateSaveLocation.  It never contacts slurmctld.
   --once              print the metrics once on stdout and exit (no server);
                       exit status 0 if every source is up, 3 otherwise
   --list-metrics      print every metric's name, type, labels and HELP
+  --version           print the release and exit
   --help              this text
 
 A source that is missing, unreadable, corrupt or older than --max-age (for
@@ -85,7 +90,15 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
-void log_line(const std::string& msg) {
+// Under systemd (JOURNAL_STREAM names stderr's stream) journald stamps each
+// line and reads its priority from a "<N>" prefix (sd-daemon(3)); elsewhere
+// the line carries its own UTC timestamp.
+enum class Level { kWarning = 4, kInfo = 6 };
+void log_line(const std::string& msg, Level level = Level::kInfo) {
+  if (const char* js = std::getenv("JOURNAL_STREAM"); js && *js) {
+    std::fprintf(stderr, "<%d>planc-exporter: %s\n", static_cast<int>(level), msg.c_str());
+    return;
+  }
   char when[32];
   time_t now = time(nullptr);
   struct tm tm;
@@ -231,6 +244,10 @@ class SnapshotCollector : public prometheus::Collectable {
     std::vector<std::string> problems;
     auto exported = planc::collect_metrics(reads, time(nullptr), o_.max_age, &problems);
     note_problems(problems);
+    if (const planc::MetricInfo* bi = planc::find_metric("planc_build_info"))
+      exported.insert(
+          exported.begin(),
+          planc::ExportedMetric{bi, {{"planc_build_info", {{"version", PACKAGE_VERSION}}, 1.0}}});
     std::vector<prometheus::MetricFamily> out;
     for (const planc::ExportedMetric& e : exported) {
       prometheus::MetricFamily f;
@@ -262,7 +279,7 @@ class SnapshotCollector : public prometheus::Collectable {
     for (const std::string& p : problems) {
       std::string source = p.substr(0, p.find(':'));
       now_down.insert(source);
-      if (!down_.count(source)) log_line("source down: " + p);
+      if (!down_.count(source)) log_line("source down: " + p, Level::kWarning);
     }
     for (const std::string& s : down_)
       if (!now_down.count(s)) log_line("source up again: " + s);
@@ -301,7 +318,9 @@ uint32_t parse_seconds(const char* arg, uint32_t max, bool* ok) {
 int main(int argc, char** argv) {
   Options o;
   if (const char* db = std::getenv("PLANC_EXPORTER_DB")) o.database = db;
-  static const option kLong[] = {{"listen", required_argument, nullptr, 'l'},
+  static const option kLong[] = {{"web.listen-address", required_argument, nullptr, 'l'},
+                                 {"listen", required_argument, nullptr, 'l'},
+                                 {"version", no_argument, nullptr, 'V'},
                                  {"state-dir", required_argument, nullptr, 'd'},
                                  {"sources", required_argument, nullptr, 's'},
                                  {"max-age", required_argument, nullptr, 'a'},
@@ -350,6 +369,9 @@ int main(int argc, char** argv) {
         return 0;
       case 'h':
         std::fputs(kUsage, stdout);
+        return 0;
+      case 'V':
+        std::printf("planc-exporter %s\n", PACKAGE_VERSION);
         return 0;
       default:
         return usage_error("unknown option");
