@@ -166,6 +166,9 @@ def test_planc_admin_check_reports_a_changed_qos_and_setup_mends_it(cluster):
     from conftest import ROOT
     admin = os.path.join(ROOT, "tools", "planc-admin")
     su = f"host={cluster.env['PGHOST']} port={cluster.env['PGPORT']} dbname=planc user=postgres"
+    # The test cluster's PostgreSQL trusts local connections: root may be
+    # the postgres role itself (and the tree may not be readable by postgres).
+    db = ["--db", su, "--db-as", "root"]
 
     def grace():
         r = cluster.run("sacctmgr", "-n", "-P", "show", "qos", "p2-spot", "format=GraceTime",
@@ -174,32 +177,32 @@ def test_planc_admin_check_reports_a_changed_qos_and_setup_mends_it(cluster):
 
     try:
         # Whatever earlier tests left, setup converges first.
-        r = cluster.run(admin, "setup", "--db", su, "--apply", timeout=180)
+        r = cluster.run(admin, "setup", *db, "--apply", timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
-        r = cluster.run(admin, "check", "--db", su, timeout=180)
+        r = cluster.run(admin, "check", *db, timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "planc-admin check: the cluster matches" in r.stdout, r.stdout
         assert "DRIFT" not in r.stdout
 
         cluster.run("sacctmgr", "-i", "modify", "qos", "where", "name=p2-spot", "set",
                     "GraceTime=10", check=True)
-        r = cluster.run(admin, "check", "--db", su, timeout=180)
+        r = cluster.run(admin, "check", *db, timeout=180)
         assert r.returncode == 1, r.stdout + r.stderr
         assert ("DRIFT QoS p2-spot: GraceTime is 00:00:10, planc.conf wants 30\n"
                 "  fix: sacctmgr -i modify qos where name=p2-spot set GraceTime=30\n") in r.stdout, \
             r.stdout
         assert "planc-admin check: 1 item(s) drifted" in r.stdout, r.stdout
 
-        r = cluster.run(admin, "setup", "--db", su, timeout=180)
+        r = cluster.run(admin, "setup", *db, timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "would apply: QoS p2-spot" in r.stdout, r.stdout
         assert "run with --apply" in r.stdout, r.stdout
         assert grace() == "00:00:10", "setup without --apply changed the QoS"
 
-        r = cluster.run(admin, "setup", "--db", su, "--apply", timeout=180)
+        r = cluster.run(admin, "setup", *db, "--apply", timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
         assert grace() == "00:00:30"
-        r = cluster.run(admin, "check", "--db", su, timeout=180)
+        r = cluster.run(admin, "check", *db, timeout=180)
         assert r.returncode == 0 and "DRIFT" not in r.stdout, r.stdout + r.stderr
     finally:
         cluster.run("sacctmgr", "-i", "modify", "qos", "where", "name=p2-spot", "set",
