@@ -74,7 +74,7 @@ const char* kUsage =
     "  columns   [--format ...]\n"
     "            planc.bill's columns as this release writes and reads them\n"
     "            (what the migrations in sql/ must have created)\n"
-    "  sync-roles [--writer ROLE] [--metrics ROLE]\n"
+    "  sync-roles [--writer ROLE] [--metrics ROLE] [--dry-run]\n"
     "            creates a PostgreSQL login role for every Slurm user (planc_reader),\n"
     "            admins (planc_admin), the writer (slurmctld's user, planc_writer),\n"
     "            planc-exporter's role (planc_metrics: billed totals per account and\n"
@@ -229,7 +229,8 @@ struct Options {
   std::string planc_conf;
   std::string journal;
   std::string writer;
-  std::string metrics;  // sync-roles --metrics: planc-exporter's role
+  std::string metrics;   // sync-roles --metrics: planc-exporter's role
+  bool dry_run = false;  // sync-roles --dry-run: say what would change
   bool efficiency = false;
   int64_t settle = 300;
 };
@@ -237,23 +238,16 @@ struct Options {
 Options parse_options(int argc, char** argv) {
   Options o;
   if (const char* db = std::getenv("PLANC_BILL_DB")) o.db = db;
-  static const option longopts[] = {{"db", required_argument, nullptr, 'd'},
-                                    {"starttime", required_argument, nullptr, 'S'},
-                                    {"endtime", required_argument, nullptr, 'E'},
-                                    {"user", required_argument, nullptr, 'u'},
-                                    {"account", required_argument, nullptr, 'A'},
-                                    {"jobs", required_argument, nullptr, 'j'},
-                                    {"format", required_argument, nullptr, 'f'},
-                                    {"by", required_argument, nullptr, 'b'},
-                                    {"fill", no_argument, nullptr, 'F'},
-                                    {"planc-conf", required_argument, nullptr, 'c'},
-                                    {"writer", required_argument, nullptr, 'w'},
-                                    {"help", no_argument, nullptr, 'h'},
-                                    {"journal", required_argument, nullptr, 'J'},
-                                    {"efficiency", no_argument, nullptr, 'e'},
-                                    {"settle", required_argument, nullptr, 's'},
-                                    {"metrics", required_argument, nullptr, 'M'},
-                                    {nullptr, 0, nullptr, 0}};
+  static const option longopts[] = {
+      {"db", required_argument, nullptr, 'd'},      {"starttime", required_argument, nullptr, 'S'},
+      {"endtime", required_argument, nullptr, 'E'}, {"user", required_argument, nullptr, 'u'},
+      {"account", required_argument, nullptr, 'A'}, {"jobs", required_argument, nullptr, 'j'},
+      {"format", required_argument, nullptr, 'f'},  {"by", required_argument, nullptr, 'b'},
+      {"fill", no_argument, nullptr, 'F'},          {"planc-conf", required_argument, nullptr, 'c'},
+      {"writer", required_argument, nullptr, 'w'},  {"help", no_argument, nullptr, 'h'},
+      {"journal", required_argument, nullptr, 'J'}, {"efficiency", no_argument, nullptr, 'e'},
+      {"settle", required_argument, nullptr, 's'},  {"metrics", required_argument, nullptr, 'M'},
+      {"dry-run", no_argument, nullptr, 'n'},       {nullptr, 0, nullptr, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "d:S:E:u:A:j:f:b:h", longopts, nullptr)) != -1) {
     switch (c) {
@@ -310,6 +304,9 @@ Options parse_options(int argc, char** argv) {
         o.settle = std::stoll(v);
         break;
       }
+      case 'n':
+        o.dry_run = true;
+        break;
       case 'h':
         std::cout << kUsage;
         std::exit(0);
@@ -831,8 +828,23 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
 
 int cmd_sync_roles(planc::BillStore& store, const Options& o) {
   std::string users = run({"sacctmgr", "-n", "-P", "list", "user", "format=User,AdminLevel"});
-  size_t n = 0;
+  size_t n = 0, changes = 0;
   auto member = [&](const std::string& role, const char* group) {
+    if (o.dry_run) {
+      // What ensure_member would do, read only.
+      auto r = store.rows(
+          "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1) "
+          "THEN 'create' WHEN pg_has_role($1, $2, 'MEMBER') THEN 'ok' ELSE 'grant' END",
+          {role, group});
+      if (!r.ok()) die(r.error());
+      const std::string what = r.value().empty() ? "" : r.value()[0][0];
+      if (what == "create")
+        std::cout << "would create login role " << role << " in " << group << "\n";
+      else if (what == "grant")
+        std::cout << "would make " << role << " a member of " << group << "\n";
+      changes += what != "ok";
+      return;
+    }
     auto r = store.rows("SELECT planc.ensure_member($1, $2)::text", {role, group});
     if (!r.ok()) die(r.error());
   };
@@ -857,6 +869,12 @@ int cmd_sync_roles(planc::BillStore& store, const Options& o) {
     }
   }
   size_t pairs = accts.size();
+  if (o.dry_run) {
+    std::cout << "sync-roles --dry-run: " << changes << " role change(s) for " << n
+              << " Slurm user(s); would set " << pairs
+              << " coordinator pair(s); nothing was changed\n";
+    return 0;
+  }
   auto r = store.rows("SELECT planc.set_coordinators($1::text[], $2::text[])::text",
                       {planc::pg_text_array(accts), planc::pg_text_array(names)});
   if (!r.ok()) die(r.error());

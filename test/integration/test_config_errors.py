@@ -207,3 +207,30 @@ def test_planc_admin_check_reports_a_changed_qos_and_setup_mends_it(cluster):
     finally:
         cluster.run("sacctmgr", "-i", "modify", "qos", "where", "name=p2-spot", "set",
                     "GraceTime=30")
+
+
+def test_sync_roles_dry_run_lists_a_new_users_role_and_changes_nothing(cluster):
+    """planc-bill sync-roles --dry-run names the login role a new Slurm user
+    would get, and creates nothing; without --dry-run the role exists."""
+    from conftest import ROOT
+    bill = os.path.join(ROOT, "planc-bill")
+    db = f"host={cluster.env['PGHOST']} port={cluster.env['PGPORT']} dbname=planc user=postgres"
+
+    def has_role():
+        r = cluster.run("psql", "-X", "-tA", "-d", db, "-c",
+                        "SELECT count(*) FROM pg_roles WHERE rolname = 'pcdryrun'", check=True)
+        return r.stdout.strip() == "1"
+
+    cluster.run("sacctmgr", "-i", "add", "user", "pcdryrun", "account=acct-spot", check=True)
+    try:
+        r = cluster.run(bill, "--db", db, "sync-roles", "--dry-run")
+        assert r.returncode == 0, r.stderr
+        assert "would create login role pcdryrun in planc_reader\n" in r.stdout, r.stdout
+        assert "nothing was changed" in r.stdout
+        assert not has_role(), "--dry-run created the role"
+        r = cluster.run(bill, "--db", db, "sync-roles")
+        assert r.returncode == 0, r.stderr
+        assert has_role()
+    finally:
+        cluster.run("sacctmgr", "-i", "delete", "user", "pcdryrun")
+        cluster.run("psql", "-X", "-d", db, "-c", "DROP ROLE IF EXISTS pcdryrun")
