@@ -124,7 +124,9 @@ const BillColumn kColumns[] = {
      .sql_type = kTextType,
      .spool_since = 1,
      SEG_TEXT(cluster),
-     .sacct = S::kCluster},
+     .sacct = S::kCluster,
+     .list_label = "Cluster",
+     .list_default = false},
     {.name = "job_id",
      .kind = K::kInt,
      .sql_type = kBigint,
@@ -174,21 +176,23 @@ const BillColumn kColumns[] = {
      .null_value = 0,
      .spool_since = 1,
      SEG_NUM(submit_time),
-     .sacct = S::kSubmit},
+     .sacct = S::kSubmit,
+     .list_label = "Submit",
+     .list_default = false},
     {.name = "start_time",
      .kind = K::kTime,
      .sql_type = kTimestamp,
      .spool_since = 1,
      SEG_NUM(start_time),
      .sacct = S::kStart,
-     .list_label = "Start(UTC)"},
+     .list_label = "Start"},
     {.name = "end_time",
      .kind = K::kTime,
      .sql_type = kTimestamp,
      .spool_since = 1,
      SEG_NUM(end_time),
      .sacct = S::kEnd,
-     .list_label = "End(UTC)"},
+     .list_label = "End"},
     {.name = "suspended_seconds",
      .kind = K::kSpoolInt,
      .sql_type = "",
@@ -231,13 +235,17 @@ const BillColumn kColumns[] = {
      .sql_type = kTextType,
      .spool_since = 1,
      SEG_TEXT(partition),
-     .sacct = S::kPartition},
+     .sacct = S::kPartition,
+     .list_label = "Partition",
+     .list_default = false},
     {.name = "nodes",
      .kind = K::kText,
      .sql_type = kTextType,
      .spool_since = 1,
      SEG_TEXT(nodes),
-     .sacct = S::kNodes},
+     .sacct = S::kNodes,
+     .list_label = "NodeList",
+     .list_default = false},
     {.name = "node_count",
      .kind = K::kInt,
      .sql_type = kInteger,
@@ -269,7 +277,8 @@ const BillColumn kColumns[] = {
      .sql_type = kTextType,
      .spool_since = 1,
      SEG_TEXT(job_name),
-     .sacct = S::kJobName},
+     .sacct = S::kJobName,
+     .list_label = "JobName"},
     {.name = "tres_req",
      .kind = K::kText,
      .sql_type = kTextType,
@@ -311,8 +320,18 @@ const BillColumn kColumns[] = {
      .spool_since = 2,
      SEG_NUM(preempted)},
     // Priced (common/billing.h): not spooled, the worker prices each record.
-    {.name = "gpu_cards", .kind = K::kMicros, .sql_type = kNumeric, BILL_NUM(card_micros)},
-    {.name = "gpu_detail", .kind = K::kText, .sql_type = kTextType, BILL_TEXT(gpu_detail)},
+    {.name = "gpu_cards",
+     .kind = K::kMicros,
+     .sql_type = kNumeric,
+     BILL_NUM(card_micros),
+     .list_label = "Cards",
+     .list_default = false},
+    {.name = "gpu_detail",
+     .kind = K::kText,
+     .sql_type = kTextType,
+     BILL_TEXT(gpu_detail),
+     .list_label = "GPUDetail",
+     .list_default = false},
     {.name = "billable_seconds",
      .kind = K::kInt,
      .sql_type = kBigint,
@@ -331,7 +350,9 @@ const BillColumn kColumns[] = {
     {.name = "mem_gib_seconds",
      .kind = K::kMibAsGib,
      .sql_type = kNumeric,
-     BILL_NUM(mem_mib_seconds)},
+     BILL_NUM(mem_mib_seconds),
+     .list_label = "MemGiBSeconds",
+     .list_default = false},
     {.name = "card_hour_price",
      .kind = K::kMicros,
      .sql_type = kNumeric,
@@ -364,7 +385,12 @@ const BillColumn kColumns[] = {
      .sql_type = kTextType,
      BILL_TEXT(zero_reason),
      .list_label = "Free"},
-    {.name = "note", .kind = K::kText, .sql_type = kTextType, BILL_TEXT(note)},
+    {.name = "note",
+     .kind = K::kText,
+     .sql_type = kTextType,
+     BILL_TEXT(note),
+     .list_label = "Note",
+     .list_default = false},
     {.name = "source", .kind = K::kText, .sql_type = kTextType, .bill_get = source_get},
     {.name = "recorded_at", .kind = K::kServer, .sql_type = kTimestamp},
     // The measured-usage track (sql/0003): NULL until `planc-bill measure`
@@ -591,17 +617,21 @@ std::string show_column(const BillColumn& c, const Bill& b) {
   if (c.show) return c.show(b);
   FieldValue v = column_value(c, b);
   if (v.is_text()) return std::string(v.text());
+  if (c.nullable && v.num() == c.null_value) return "";
   switch (c.kind) {
-    case K::kTime:
-      return pg_timestamp(v.num()).substr(0, 19);
     case K::kMicros:
       return format_micros6(v.num());
-    default:
+    case K::kMibAsGib:
+      return format_gib_seconds(v.num());
+    default:  // times too: unix seconds
       return std::to_string(v.num());
   }
 }
 
-bool column_is_numeric(const BillColumn& c) { return !c.is_text() && c.kind != K::kTime; }
+ListType column_list_type(const BillColumn& c) {
+  if (c.show == show_job_id || c.is_text()) return ListType::kText;
+  return c.kind == K::kTime ? ListType::kTime : ListType::kNumber;
+}
 
 // --- the spool's record (declared in common/billing.h) ---------------------------
 

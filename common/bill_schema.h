@@ -105,8 +105,11 @@ struct BillColumn {
   FieldValue (*bill_get)(const Bill&, std::string_view source) = nullptr;
   bool (*bill_set)(Bill&, const FieldValue&) = nullptr;
   SacctField sacct = SacctField::kNone;
-  const char* list_label = nullptr;            // planc-bill list's header, or not listed
+  // planc-bill list's field name (its header and what -o names), or not
+  // listed; shown unless -o picks the fields when list_default.
+  const char* list_label = nullptr;
   std::string (*show)(const Bill&) = nullptr;  // planc-bill list's text; null: by kind
+  bool list_default = true;
   // Measured usage (the measured-usage track): NULL when jobcomp or
   // reconcile writes the bill, set afterwards by `planc-bill measure`'s
   // UPDATE (bill_measure_update_sql), the only columns it may change.
@@ -152,11 +155,14 @@ std::string pg_timestamp(int64_t unix_time);
 std::string format_gib_seconds(int64_t mib_seconds);
 
 // --- planc-bill list ----------------------------------------------------------
-// The column's text in a listing: times as "2026-11-30 01:02:03" (UTC),
-// micro-unit amounts with 6 decimals.
+// The column's text in a listing: times as unix seconds (the tool shows
+// them in the reader's time zone), micro-unit amounts with 6 decimals, a
+// null value as "".
 std::string show_column(const BillColumn& c, const Bill& b);
-// Right-aligned in a table, unquoted in JSON.
-bool column_is_numeric(const BillColumn& c);
+// How a listing shows the column: right-aligned and a JSON number
+// (kNumber), a time (kTime), or text.
+enum class ListType { kText, kNumber, kTime };
+ListType column_list_type(const BillColumn& c);
 
 }  // namespace planc
 

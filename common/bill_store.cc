@@ -335,9 +335,40 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
   any("uid", "bigint", uids);
   any("user_name", "text", f.users);
   any("account", "text", f.accounts);
-  std::vector<std::string> ids;
-  for (uint32_t id : f.job_ids) ids.push_back(std::to_string(id));
-  any("job_id", "bigint", ids);
+  // The jobs named, any of them: one clause of alternatives.
+  std::vector<std::string> jobs;
+  auto param = [&](std::string v) {
+    params.push_back(std::move(v));
+    return "$" + std::to_string(params.size());
+  };
+  if (!f.job_ids.empty()) {
+    std::vector<std::string> ids;
+    for (uint32_t id : f.job_ids) ids.push_back(std::to_string(id));
+    std::string p = param(pg_text_array(ids)) + "::bigint[]";
+    jobs.push_back("job_id = ANY(" + p + ")");
+    if (f.whole_jobs) {
+      jobs.push_back("array_job_id = ANY(" + p + ")");
+      jobs.push_back("het_job_id = ANY(" + p + ")");
+    }
+  }
+  for (const auto& [pairs, id_col, sub_col] :
+       {std::tuple{&f.array_tasks, "array_job_id", "array_task_id"},
+        std::tuple{&f.het_components, "het_job_id", "het_job_offset"}}) {
+    if (pairs->empty()) continue;
+    std::vector<std::string> a, b;
+    for (const auto& [x, y] : *pairs) {
+      a.push_back(std::to_string(x));
+      b.push_back(std::to_string(y));
+    }
+    std::string pa = param(pg_text_array(a)), pb = param(pg_text_array(b));
+    jobs.push_back(std::string("(") + id_col + ", " + sub_col + ") IN (SELECT * FROM unnest(" + pa +
+                   "::bigint[], " + pb + "::bigint[]))");
+  }
+  if (!jobs.empty()) {
+    sql += " AND (";
+    for (size_t i = 0; i < jobs.size(); i++) sql += (i ? " OR " : "") + jobs[i];
+    sql += ")";
+  }
   any("state", "text", f.states);
   any("partition", "text", f.partitions);
   if (f.unmeasured) sql += " AND measured_at IS NULL";

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/bill_schema.h"
@@ -40,6 +41,11 @@ struct BillFilter {
   std::vector<std::string> users;
   std::vector<std::string> accounts;
   std::vector<uint32_t> job_ids;
+  // With job_ids: an id also names every task of the array and every
+  // component of the heterogeneous job it is the id of (as sacct -j 7).
+  bool whole_jobs = false;
+  // One task of an array (7_3), one component of a heterogeneous job (7+1).
+  std::vector<std::pair<uint32_t, uint32_t>> array_tasks, het_components;
   std::vector<std::string> states;  // COMPLETED, PREEMPTED, ...
   std::vector<std::string> partitions;
   int64_t start = 0;        // segments still running at or after start (0: any)

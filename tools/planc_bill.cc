@@ -7,6 +7,8 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +16,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -26,20 +30,22 @@
 #include "common/pg_text.h"
 #include "common/run_journal.h"
 #include "common/tres_usage.h"
+#include "planc_config.h"  // PACKAGE_VERSION
 #include "tools/run_command.h"
 #include "tools/slurmdbd_runs.h"
 
 namespace {
 
 const char* kUsage =
-    "usage: planc-bill [--db CONNINFO] COMMAND [options]\n"
+    "usage: planc-bill [--db CONNINFO] [COMMAND] [options]\n"
     "\n"
-    "  list      [-S START] [-E END] [-u USER] [-A ACCOUNT] [-j JOBID] [--format table|csv|json]\n"
-    "            one line per bill (run segment)\n"
-    "  report    [-S START] [-E END] [-u USER] [-A ACCOUNT] [--by KEYS] [--format ...]\n"
+    "  list      [-S START] [-E END] [-u USER] [-A ACCOUNT] [-j JOBID] [-o FIELDS]\n"
+    "            one line per bill (run segment); the command when none is named\n"
+    "            (planc-bill -P -n -o JobID,Tier,Amount); -e lists the fields\n"
+    "  report    [-S START] [-E END] [-u USER] [-A ACCOUNT] [--by KEYS]\n"
     "            totals from the hourly table; KEYS: any of account,user,tier,day,hour\n"
     "            (comma-separated; default account,user,tier)\n"
-    "  report --efficiency [-S START] [-E END] [-u USER] [-A ACCOUNT] [--format ...]\n"
+    "  report --efficiency [-S START] [-E END] [-u USER] [-A ACCOUNT]\n"
     "            per account and user, over the bills `measure` has measured: allocated\n"
     "            core-hours against used CPU hours (slurmdbd's TotalCPU of the steps), and\n"
     "            allocated memory GiB-hours against peak-memory GiB-hours (each run's\n"
@@ -48,7 +54,7 @@ const char* kUsage =
     "            fills the measured-usage columns of bills in the window (default: the\n"
     "            last 7 days) not measured yet, from their runs' steps in slurmdbd (read\n"
     "            through libslurmdb), as the writer role run by SlurmUser (e.g. from\n"
-    "            etc/systemd/planc-bill-measure.timer).  A run slurmdbd has no end for\n"
+    "            planc-bill-measure.timer).  A run slurmdbd has no end for\n"
     "            yet is left for a later run; one whose steps lack accounting data is\n"
     "            waited for until SECONDS after its end (default 300), then marked\n"
     "            measured with no usage (NULL).  Safe to run again\n"
@@ -60,18 +66,18 @@ const char* kUsage =
     "            then lists run starts in slurmctld/planc's journal (default\n"
     "            StateSaveLocation/planc_starts) known to neither\n"
     "            exit 3: something is missing or unrecorded\n"
-    "  market    [--format table|json]\n"
+    "  market    [--json]\n"
     "            the P2 spot market as slurmctld/planc shows it (scontrol show\n"
     "            config): the floor per GPU type against the list price, the\n"
     "            vacancy behind it, the last and next round; no database\n"
-    "  market history [-S START] [-E END] [--format table|csv|json]\n"
+    "  market history [-S START] [-E END]\n"
     "            the market's rounds (planc.market_round, public to every user):\n"
     "            time, GPU type, GPUs offered, vacancy, floor, list and clearing\n"
     "            price per card-hour, bids and winners; default: the last 24 h\n"
-    "  market bids [-S START] [-E END] [-u USER] [-A ACCOUNT] [--format ...]\n"
+    "  market bids [-S START] [-E END] [-u USER] [-A ACCOUNT]\n"
     "            the bids in those rounds you may see (your own; a coordinator's\n"
     "            accounts'; an admin all): job, bid, GPUs, outcome, price paid\n"
-    "  columns   [--format ...]\n"
+    "  columns\n"
     "            planc.bill's columns as this release writes and reads them\n"
     "            (what the migrations in sql/ must have created)\n"
     "  sync-roles [--writer ROLE] [--metrics ROLE] [--dry-run]\n"
@@ -81,30 +87,52 @@ const char* kUsage =
     "            tier, no bill) and the account coordinator list, from sacctmgr\n"
     "            (database superuser)\n"
     "\n"
-    "Times are UTC: 2026-11-30, 2026-11-30T13:00[:00], or seconds since the epoch.\n"
-    "--db defaults to $PLANC_BILL_DB, else libpq's PG* environment.\n";
+    "Output, as sacct (every command that prints a table):\n"
+    "  -o, --format FIELDS  the columns, comma-separated, in that order (any case)\n"
+    "  -n, --noheader       no header line\n"
+    "  -p, --parsable       '|' after every field;  -P, --parsable2: between fields\n"
+    "  --delimiter CHARS    instead of '|' with -p or -P\n"
+    "  --csv                RFC 4180 CSV;  --json: an array of objects, typed\n"
+    "  -e, --helpformat     the fields list can show\n"
+    "  --utc                times in UTC (default: the local time zone, as sacct)\n"
+    "  -V, --version        planc-bill's version\n"
+    "\n"
+    "Times: 2026-11-30, 2026-11-30T13:00[:00] (local, or UTC with --utc), or\n"
+    "seconds since the epoch.  JOBID: 7, 7_3 (an array task; 7 is the whole\n"
+    "array), 7+1 (a heterogeneous job's component).\n"
+    "--db defaults to $PLANC_BILL_DB, else libpq's PG* environment.\n"
+    "Exit status: 0 done, 1 failed (database, Slurm), 2 a usage error, 3 reconcile\n"
+    "found something missing.\n";
 
 [[noreturn]] void die(const std::string& msg) {
   std::cerr << "planc-bill: " << msg << "\n";
   std::exit(1);
 }
 
-int64_t parse_time(const std::string& s, const char* opt) {
-  if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) return std::stoll(s);
-  struct tm tm = {};
-  const char* end = strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-  if (!end || *end) {
-    tm = {};
-    end = strptime(s.c_str(), "%Y-%m-%dT%H:%M", &tm);
+// A usage error: what was wrong and what to do, exit 2.
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::cerr << "planc-bill: " << msg << "\n(planc-bill --help shows the usage)\n";
+  std::exit(2);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// A time given on the command line, in the local time zone (or UTC).
+int64_t parse_time(const std::string& s, const char* opt, bool utc) {
+  if (!s.empty() && s.size() < 19 && s.find_first_not_of("0123456789") == std::string::npos)
+    return std::stoll(s);
+  for (const char* f : {"%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"}) {
+    struct tm tm = {};
+    const char* end = strptime(s.c_str(), f, &tm);
+    if (!end || *end) continue;
+    tm.tm_isdst = -1;
+    return utc ? timegm(&tm) : mktime(&tm);
   }
-  if (!end || *end) {
-    tm = {};
-    end = strptime(s.c_str(), "%Y-%m-%d", &tm);
-  }
-  if (!end || *end)
-    die(std::string(opt) + " '" + s +
-        "' is not a time: use 2026-11-30, 2026-11-30T13:00 or epoch seconds (UTC)");
-  return timegm(&tm);
+  usage_error(std::string(opt) + " '" + s + "' is not a time: use 2026-11-30, 2026-11-30T13:00 or" +
+              " epoch seconds (" + (utc ? "UTC" : "local time; --utc for UTC") + ")");
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -116,46 +144,67 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+// The local time zone's name as PostgreSQL knows it, for grouping by day:
+// TZ, else the zone /etc/localtime links to, else /etc/timezone; UTC when
+// none is set (glibc's default).  Empty: set but not a zone name.
+std::string local_zone_name() {
+  if (const char* tz = std::getenv("TZ")) {
+    std::string z = tz;
+    if (!z.empty() && z[0] == ':') z.erase(0, 1);
+    if (z.empty()) return "UTC";
+    if (z[0] != '/') return z;
+    size_t at = z.find("zoneinfo/");
+    return at == std::string::npos ? "" : z.substr(at + 9);
+  }
+  char buf[4096];
+  ssize_t n = readlink("/etc/localtime", buf, sizeof buf - 1);
+  if (n > 0) {
+    std::string link(buf, static_cast<size_t>(n));
+    size_t at = link.find("zoneinfo/");
+    if (at != std::string::npos) return link.substr(at + 9);
+  }
+  std::ifstream f("/etc/timezone");
+  std::string z;
+  if (f >> z) return z;
+  return access("/etc/localtime", F_OK) == 0 ? "" : "UTC";
+}
+
 // --- output ----------------------------------------------------------------------
 
+enum class Mode { kTable, kParsable, kParsable2, kCsv, kJson };
+
+struct Output {
+  Mode mode = Mode::kTable;
+  bool header = true;
+  bool utc = false;
+  std::string delimiter = "|";
+  std::vector<std::string> fields;  // -o; empty: the command's default columns
+};
+
+using planc::ListType;
+
+// A table a command prints: its columns, their types, and the rows' text
+// (numbers as decimal text, "" for none; times as unix seconds).
+struct Table {
+  std::vector<std::string> cols;
+  std::vector<ListType> types;
+  std::vector<bool> shown;  // the columns printed when -o names none
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> total;  // table mode's TOTAL line, if any
+
+  void add(std::string name, ListType type, bool by_default = true) {
+    cols.push_back(std::move(name));
+    types.push_back(type);
+    shown.push_back(by_default);
+  }
+};
+
 std::string csv_field(const std::string& v) {
-  if (v.find_first_of(",\"\n") == std::string::npos) return v;
+  if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
   std::string o = "\"";
   for (char c : v) {
     if (c == '"') o += '"';
     o += c;
-  }
-  return o + "\"";
-}
-
-std::string json_string(const std::string& v) {
-  std::string o = "\"";
-  for (unsigned char c : v) {
-    switch (c) {
-      case '"':
-        o += "\\\"";
-        break;
-      case '\\':
-        o += "\\\\";
-        break;
-      case '\n':
-        o += "\\n";
-        break;
-      case '\t':
-        o += "\\t";
-        break;
-      case '\r':
-        o += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", c);
-          o += b;
-        } else {
-          o += static_cast<char>(c);
-        }
-    }
   }
   return o + "\"";
 }
@@ -168,63 +217,175 @@ size_t width(const std::string& s) {
   return w;
 }
 
-// `numeric` marks columns printed as numbers in JSON and right-aligned.
-void print(const std::vector<std::string>& cols, const std::vector<bool>& numeric,
-           const std::vector<std::vector<std::string>>& rows, const std::string& format) {
-  if (format == "csv") {
-    for (size_t j = 0; j < cols.size(); j++) std::cout << (j ? "," : "") << csv_field(cols[j]);
-    std::cout << "\n";
-    for (const auto& r : rows) {
-      for (size_t j = 0; j < r.size(); j++) std::cout << (j ? "," : "") << csv_field(r[j]);
-      std::cout << "\n";
+// "2026-11-30T13:00:00" as sacct shows times (local, or UTC), or with the
+// zone's offset for JSON ("...+08:00", "...Z").
+std::string show_time(const std::string& unix_text, bool utc, bool with_offset) {
+  if (unix_text.empty()) return "";
+  time_t t = static_cast<time_t>(std::stoll(unix_text));
+  struct tm tm = {};
+  if (utc)
+    gmtime_r(&t, &tm);
+  else
+    localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::string out = buf;
+  if (!with_offset) return out;
+  if (utc || tm.tm_gmtoff == 0) return out + "Z";
+  long off = tm.tm_gmtoff;
+  char z[32];
+  std::snprintf(z, sizeof z, "%c%02ld:%02ld", off < 0 ? '-' : '+', std::labs(off) / 3600,
+                std::labs(off) % 3600 / 60);
+  return out + z;
+}
+
+// A number column's text as a JSON value: an integer, a decimal, null for
+// none; a word a number column may hold ("none", "list") stays text.
+nlohmann::ordered_json json_number(const std::string& v) {
+  if (v.empty()) return nullptr;
+  int64_t i = 0;
+  auto r = std::from_chars(v.data(), v.data() + v.size(), i);
+  if (r.ec == std::errc() && r.ptr == v.data() + v.size()) return i;
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() + v.size()) return d;
+  return v;
+}
+
+// The columns -o names (any case), in its order; each must exist.
+std::vector<size_t> pick_columns(const Table& t, const Output& out) {
+  std::vector<size_t> pick;
+  if (out.fields.empty()) {
+    for (size_t j = 0; j < t.cols.size(); j++)
+      if (t.shown[j]) pick.push_back(j);
+    return pick;
+  }
+  for (const std::string& f : out.fields) {
+    size_t j = 0;
+    while (j < t.cols.size() && lower(t.cols[j]) != lower(f)) j++;
+    if (j == t.cols.size()) {
+      std::string valid;
+      for (const std::string& c : t.cols) valid += (valid.empty() ? "" : ",") + c;
+      usage_error("-o: no field '" + f + "' here; the fields are " + valid);
     }
-  } else if (format == "json") {
-    std::cout << "[";
-    for (size_t i = 0; i < rows.size(); i++) {
-      std::cout << (i ? ",\n " : "\n ") << "{";
-      for (size_t j = 0; j < cols.size(); j++) {
-        std::cout << (j ? ", " : "") << json_string(cols[j]) << ": ";
-        // A numeric column may hold a non-number (an array task's JobID
-        // 7_3): quote it.
-        bool num = numeric[j] && !rows[i][j].empty() &&
-                   rows[i][j].find_first_not_of("0123456789.-") == std::string::npos;
-        std::cout << (num ? rows[i][j] : json_string(rows[i][j]));
+    pick.push_back(j);
+  }
+  return pick;
+}
+
+void print(const Table& t, const Output& out) {
+  const std::vector<size_t> pick = pick_columns(t, out);
+  auto cell = [&](const std::vector<std::string>& row, size_t j) {
+    return t.types[j] == ListType::kTime ? show_time(row[j], out.utc, out.mode == Mode::kJson)
+                                         : row[j];
+  };
+  switch (out.mode) {
+    case Mode::kJson: {
+      nlohmann::ordered_json all = nlohmann::ordered_json::array();
+      for (const auto& row : t.rows) {
+        nlohmann::ordered_json o = nlohmann::ordered_json::object();
+        for (size_t j : pick)
+          o[t.cols[j]] = t.types[j] == ListType::kNumber ? json_number(row[j])
+                                                         : nlohmann::ordered_json(cell(row, j));
+        all.push_back(std::move(o));
       }
-      std::cout << "}";
+      // Text Slurm took as any bytes: invalid UTF-8 shows as U+FFFD.
+      std::cout << all.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      return;
     }
-    std::cout << (rows.empty() ? "]\n" : "\n]\n");
-  } else if (format == "table") {
-    std::vector<size_t> w(cols.size());
-    for (size_t j = 0; j < cols.size(); j++) w[j] = width(cols[j]);
-    for (const auto& r : rows)
-      for (size_t j = 0; j < r.size(); j++) w[j] = std::max(w[j], width(r[j]));
-    auto line = [&](const std::vector<std::string>& r) {
-      std::string out;
-      for (size_t j = 0; j < r.size(); j++) {
-        std::string pad(w[j] - width(r[j]), ' ');
-        out += (j ? " " : "") + (numeric[j] ? pad + r[j] : r[j] + pad);
+    case Mode::kCsv:
+    case Mode::kParsable:
+    case Mode::kParsable2: {
+      const bool csv = out.mode == Mode::kCsv;
+      const std::string sep = csv ? "," : out.delimiter;
+      auto line = [&](auto text_of) {
+        std::string s;
+        for (size_t k = 0; k < pick.size(); k++) {
+          std::string v = text_of(pick[k]);
+          s += (k ? sep : "") + (csv ? csv_field(v) : v);
+        }
+        if (out.mode == Mode::kParsable) s += sep;
+        std::cout << s << "\n";
+      };
+      if (out.header) line([&](size_t j) { return t.cols[j]; });
+      for (const auto& row : t.rows) line([&](size_t j) { return cell(row, j); });
+      return;
+    }
+    case Mode::kTable: {
+      std::vector<std::vector<std::string>> lines;
+      for (const auto& row : t.rows) {
+        std::vector<std::string> l;
+        for (size_t j : pick) l.push_back(cell(row, j));
+        lines.push_back(std::move(l));
       }
-      while (!out.empty() && out.back() == ' ') out.pop_back();
-      std::cout << out << "\n";
-    };
-    line(cols);
-    std::vector<std::string> dashes;
-    for (size_t x : w) dashes.emplace_back(x, '-');
-    line(dashes);
-    for (const auto& r : rows) line(r);
-  } else {
-    die("--format '" + format + "': use table, csv or json");
+      if (!t.total.empty() && out.fields.empty()) {
+        std::vector<std::string> l;
+        for (size_t j : pick) l.push_back(t.total[j]);
+        lines.push_back(std::move(l));
+      }
+      std::vector<size_t> w(pick.size());
+      for (size_t k = 0; k < pick.size(); k++) w[k] = out.header ? width(t.cols[pick[k]]) : 0;
+      for (const auto& l : lines)
+        for (size_t k = 0; k < l.size(); k++) w[k] = std::max(w[k], width(l[k]));
+      auto emit = [&](const std::vector<std::string>& l) {
+        std::string s;
+        for (size_t k = 0; k < l.size(); k++) {
+          std::string pad(w[k] - width(l[k]), ' ');
+          s += (k ? " " : "") + (t.types[pick[k]] == ListType::kNumber ? pad + l[k] : l[k] + pad);
+        }
+        while (!s.empty() && s.back() == ' ') s.pop_back();
+        std::cout << s << "\n";
+      };
+      if (out.header) {
+        std::vector<std::string> h, dashes;
+        for (size_t k = 0; k < pick.size(); k++) {
+          h.push_back(t.cols[pick[k]]);
+          dashes.emplace_back(w[k], '-');
+        }
+        emit(h);
+        emit(dashes);
+      }
+      for (const auto& l : lines) emit(l);
+      return;
+    }
   }
 }
 
 // --- options -----------------------------------------------------------------------
 
+// A job id as sacct takes it: 7, 7_3 (an array task), 7+1 (a
+// heterogeneous job's component).
+struct JobSpec {
+  uint32_t id = 0;
+  std::optional<uint32_t> array_task, het_offset;
+};
+
+JobSpec parse_job(const std::string& s) {
+  auto number = [&](std::string_view v, uint32_t* out) {
+    auto r = std::from_chars(v.data(), v.data() + v.size(), *out);
+    return !v.empty() && r.ec == std::errc() && r.ptr == v.data() + v.size();
+  };
+  JobSpec j;
+  std::string_view v = s;
+  size_t sep = v.find_first_of("_+.");
+  uint32_t second = 0;
+  if (!number(v.substr(0, sep), &j.id) ||
+      (sep != std::string_view::npos && (v[sep] == '.' || !number(v.substr(sep + 1), &second))))
+    usage_error("-j '" + s + "' is not a job id: use 7, 7_3 (an array task) or 7+1 (a" +
+                " heterogeneous job's component), comma-separated; bills are per run, not" +
+                " per step");
+  if (sep != std::string_view::npos) (v[sep] == '_' ? j.array_task : j.het_offset) = second;
+  return j;
+}
+
 struct Options {
   std::string db;
+  std::string start_text, end_text;
   int64_t start = 0, end = 0;
   std::vector<std::string> users, accounts, by;
-  std::vector<uint32_t> jobs;
-  std::string format = "table";
+  std::vector<JobSpec> jobs;
+  Output out;
+  bool help_format = false;
   bool fill = false;
   std::string planc_conf;
   std::string journal;
@@ -235,30 +396,50 @@ struct Options {
   int64_t settle = 300;
 };
 
+enum LongOnly { kCsvOpt = 1000, kJsonOpt, kUtcOpt, kDelimiterOpt };
+
 Options parse_options(int argc, char** argv) {
   Options o;
   if (const char* db = std::getenv("PLANC_BILL_DB")) o.db = db;
-  static const option longopts[] = {
-      {"db", required_argument, nullptr, 'd'},      {"starttime", required_argument, nullptr, 'S'},
-      {"endtime", required_argument, nullptr, 'E'}, {"user", required_argument, nullptr, 'u'},
-      {"account", required_argument, nullptr, 'A'}, {"jobs", required_argument, nullptr, 'j'},
-      {"format", required_argument, nullptr, 'f'},  {"by", required_argument, nullptr, 'b'},
-      {"fill", no_argument, nullptr, 'F'},          {"planc-conf", required_argument, nullptr, 'c'},
-      {"writer", required_argument, nullptr, 'w'},  {"help", no_argument, nullptr, 'h'},
-      {"journal", required_argument, nullptr, 'J'}, {"efficiency", no_argument, nullptr, 'e'},
-      {"settle", required_argument, nullptr, 's'},  {"metrics", required_argument, nullptr, 'M'},
-      {"dry-run", no_argument, nullptr, 'n'},       {nullptr, 0, nullptr, 0}};
+  static const option longopts[] = {{"db", required_argument, nullptr, 'd'},
+                                    {"starttime", required_argument, nullptr, 'S'},
+                                    {"endtime", required_argument, nullptr, 'E'},
+                                    {"user", required_argument, nullptr, 'u'},
+                                    {"account", required_argument, nullptr, 'A'},
+                                    {"jobs", required_argument, nullptr, 'j'},
+                                    {"format", required_argument, nullptr, 'o'},
+                                    {"noheader", no_argument, nullptr, 'n'},
+                                    {"parsable", no_argument, nullptr, 'p'},
+                                    {"parsable2", no_argument, nullptr, 'P'},
+                                    {"delimiter", required_argument, nullptr, kDelimiterOpt},
+                                    {"csv", no_argument, nullptr, kCsvOpt},
+                                    {"json", no_argument, nullptr, kJsonOpt},
+                                    {"utc", no_argument, nullptr, kUtcOpt},
+                                    {"helpformat", no_argument, nullptr, 'e'},
+                                    {"version", no_argument, nullptr, 'V'},
+                                    {"by", required_argument, nullptr, 'b'},
+                                    {"fill", no_argument, nullptr, 'F'},
+                                    {"planc-conf", required_argument, nullptr, 'c'},
+                                    {"writer", required_argument, nullptr, 'w'},
+                                    {"help", no_argument, nullptr, 'h'},
+                                    {"journal", required_argument, nullptr, 'J'},
+                                    {"efficiency", no_argument, nullptr, 'x'},
+                                    {"settle", required_argument, nullptr, 's'},
+                                    {"metrics", required_argument, nullptr, 'M'},
+                                    {"dry-run", no_argument, nullptr, 'N'},
+                                    {nullptr, 0, nullptr, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "d:S:E:u:A:j:f:b:h", longopts, nullptr)) != -1) {
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":d:S:E:u:A:j:o:b:npPehV", longopts, nullptr)) != -1) {
     switch (c) {
       case 'd':
         o.db = optarg;
         break;
       case 'S':
-        o.start = parse_time(optarg, "-S");
+        o.start_text = optarg;
         break;
       case 'E':
-        o.end = parse_time(optarg, "-E");
+        o.end_text = optarg;
         break;
       case 'u':
         for (auto& s : split(optarg, ',')) o.users.push_back(s);
@@ -267,15 +448,51 @@ Options parse_options(int argc, char** argv) {
         for (auto& s : split(optarg, ',')) o.accounts.push_back(s);
         break;
       case 'j':
-        for (auto& s : split(optarg, ',')) {
-          if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
-            die("-j '" + s + "' is not a job id (use numeric ids, comma-separated)");
-          o.jobs.push_back(static_cast<uint32_t>(std::stoul(s)));
-        }
+        for (auto& s : split(optarg, ',')) o.jobs.push_back(parse_job(s));
         break;
-      case 'f':
-        o.format = optarg;
+      case 'o': {
+        // The output modes' names, as --format took them before it took
+        // sacct's field list, are still understood.
+        std::string v = lower(optarg);
+        if (v == "table")
+          o.out.mode = Mode::kTable;
+        else if (v == "csv")
+          o.out.mode = Mode::kCsv;
+        else if (v == "json")
+          o.out.mode = Mode::kJson;
+        else
+          for (auto& f : split(optarg, ','))
+            if (!f.empty()) o.out.fields.push_back(f);
         break;
+      }
+      case 'n':
+        o.out.header = false;
+        break;
+      case 'p':
+        o.out.mode = Mode::kParsable;
+        break;
+      case 'P':
+        o.out.mode = Mode::kParsable2;
+        break;
+      case kDelimiterOpt:
+        if (!*optarg) usage_error("--delimiter needs at least one character");
+        o.out.delimiter = optarg;
+        break;
+      case kCsvOpt:
+        o.out.mode = Mode::kCsv;
+        break;
+      case kJsonOpt:
+        o.out.mode = Mode::kJson;
+        break;
+      case kUtcOpt:
+        o.out.utc = true;
+        break;
+      case 'e':
+        o.help_format = true;
+        break;
+      case 'V':
+        std::cout << "planc-bill " << PACKAGE_VERSION << "\n";
+        std::exit(0);
       case 'b':
         o.by = split(optarg, ',');
         break;
@@ -294,61 +511,92 @@ Options parse_options(int argc, char** argv) {
       case 'J':
         o.journal = optarg;
         break;
-      case 'e':
+      case 'x':
         o.efficiency = true;
         break;
       case 's': {
         std::string v = optarg;
         if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
-          die("--settle '" + v + "' is not a number of seconds");
+          usage_error("--settle '" + v + "' is not a number of seconds");
         o.settle = std::stoll(v);
         break;
       }
-      case 'n':
+      case 'N':
         o.dry_run = true;
         break;
       case 'h':
         std::cout << kUsage;
         std::exit(0);
+      case ':':
+        usage_error(optopt
+                        ? std::string("option '-") + static_cast<char>(optopt) + "' needs a value"
+                        : std::string("option '") + argv[optind - 1] + "' needs a value");
       default:
-        std::cerr << kUsage;
-        std::exit(2);
+        usage_error(optopt ? std::string("unknown option '-") + static_cast<char>(optopt) + "'"
+                           : std::string("unknown option '") + argv[optind - 1] + "'");
     }
   }
+  if (optind < argc) usage_error(std::string("unexpected argument '") + argv[optind] + "'");
+  if (!o.start_text.empty()) o.start = parse_time(o.start_text, "-S", o.out.utc);
+  if (!o.end_text.empty()) o.end = parse_time(o.end_text, "-E", o.out.utc);
   return o;
 }
 
 // --- list ----------------------------------------------------------------------------
 
+// Every field list can show, in the table's order (common/bill_schema.h).
+std::vector<const planc::BillColumn*> listed_columns() {
+  std::vector<const planc::BillColumn*> out;
+  for (const planc::BillColumn& c : planc::bill_columns())
+    if (c.list_label) out.push_back(&c);
+  return out;
+}
+
+int cmd_help_format() {
+  // As sacct -e: the names, several to a line.
+  std::string line;
+  for (const planc::BillColumn* c : listed_columns()) {
+    std::string f = c->list_label;
+    f.resize(std::max<size_t>(f.size() + 1, 16), ' ');
+    if (line.size() + f.size() > 80) {
+      std::cout << line << "\n";
+      line.clear();
+    }
+    line += f;
+  }
+  std::cout << line << "\n";
+  return 0;
+}
+
 int cmd_list(planc::BillStore& store, const Options& o) {
   planc::BillFilter f;
   f.users = o.users;
   f.accounts = o.accounts;
-  f.job_ids = o.jobs;
+  f.whole_jobs = true;
+  for (const JobSpec& j : o.jobs) {
+    if (j.array_task)
+      f.array_tasks.emplace_back(j.id, *j.array_task);
+    else if (j.het_offset)
+      f.het_components.emplace_back(j.id, *j.het_offset);
+    else
+      f.job_ids.push_back(j.id);
+  }
   f.start = o.start;
   f.end = o.end;
   auto r = store.query(f);
   if (!r.ok()) die(r.error());
-  // The columns and their text come from the bill's column table
-  // (common/bill_schema.h).  Amount is the bill's exact amount (micro-units,
-  // 6 decimals): bills are summed exactly and rounded per invoice line (see
-  // report).
-  std::vector<const planc::BillColumn*> listed;
-  std::vector<std::string> cols;
-  std::vector<bool> num;
-  for (const planc::BillColumn& c : planc::bill_columns()) {
-    if (!c.list_label) continue;
-    listed.push_back(&c);
-    cols.emplace_back(c.list_label);
-    num.push_back(planc::column_is_numeric(c));
-  }
-  std::vector<std::vector<std::string>> rows;
+  // Amount is the bill's exact amount (micro-units, 6 decimals): bills are
+  // summed exactly and rounded per invoice line (see report).
+  const auto listed = listed_columns();
+  Table t;
+  for (const planc::BillColumn* c : listed)
+    t.add(c->list_label, planc::column_list_type(*c), c->list_default);
   for (const planc::Bill& b : r.value()) {
     std::vector<std::string> row;
     for (const planc::BillColumn* c : listed) row.push_back(planc::show_column(*c, b));
-    rows.push_back(std::move(row));
+    t.rows.push_back(std::move(row));
   }
-  print(cols, num, rows, o.format);
+  print(t, o.out);
   return 0;
 }
 
@@ -358,12 +606,11 @@ int cmd_list(planc::BillStore& store, const Options& o) {
 // common/bill_schema.h), as information_schema.columns names them: what the
 // migrations must create.  Needs no database.
 int cmd_columns(const Options& o) {
-  std::vector<std::string> cols = {"Column", "Type", "Nullable"};
-  std::vector<bool> num = {false, false, false};
-  std::vector<std::vector<std::string>> rows;
+  Table t;
+  for (const char* c : {"Column", "Type", "Nullable"}) t.add(c, ListType::kText);
   for (const planc::BillColumn& c : planc::bill_columns())
-    if (c.in_table()) rows.push_back({c.name, c.sql_type, c.nullable ? "YES" : "NO"});
-  print(cols, num, rows, o.format);
+    if (c.in_table()) t.rows.push_back({c.name, c.sql_type, c.nullable ? "YES" : "NO"});
+  print(t, o.out);
   return 0;
 }
 
@@ -387,26 +634,35 @@ int cmd_report(planc::BillStore& store, const Options& o) {
   std::vector<std::string> by =
       o.by.empty() ? std::vector<std::string>{"account", "user", "tier"} : o.by;
   std::string select, group;
-  std::vector<std::string> cols;
-  std::vector<bool> num;
+  std::vector<std::string> params;
+  Table t;
   for (const std::string& k : by) {
     std::string expr, name;
-    if (k == "account")
+    ListType type = ListType::kText;
+    if (k == "account") {
       expr = "account", name = "Account";
-    else if (k == "user")
+    } else if (k == "user") {
       expr = "user_name", name = "User";
-    else if (k == "tier")
+    } else if (k == "tier") {
       expr = "tier", name = "Tier";
-    else if (k == "day")
-      expr = "to_char(hour, 'YYYY-MM-DD')", name = "Day(UTC)";
-    else if (k == "hour")
-      expr = "to_char(hour, 'YYYY-MM-DD\"T\"HH24:00')", name = "Hour(UTC)";
-    else
-      die("--by '" + k + "': use account, user, tier, day or hour");
+    } else if (k == "day") {
+      // The reader's day (or UTC's with --utc): PostgreSQL needs the zone's name.
+      std::string zone = o.out.utc ? "UTC" : local_zone_name();
+      if (zone.empty())
+        usage_error(
+            "--by day: cannot tell the local time zone's name (TZ or /etc/localtime): set TZ, "
+            "e.g. TZ=Asia/Shanghai, or use --utc");
+      params.push_back(zone);
+      expr = "to_char(hour AT TIME ZONE $" + std::to_string(params.size()) + ", 'YYYY-MM-DD')";
+      name = "Day";
+    } else if (k == "hour") {
+      expr = "extract(epoch FROM hour)::bigint", name = "Hour", type = ListType::kTime;
+    } else {
+      usage_error("--by '" + k + "': use account, user, tier, day or hour");
+    }
     select += expr + ", ";
     group += (group.empty() ? "" : ", ") + expr;
-    cols.push_back(name);
-    num.push_back(false);
+    t.add(name, type);
   }
   // Each printed line is one invoice line: its hours' exact micro-unit
   // amounts are summed, then rounded once, half up, to minor units.  TOTAL
@@ -416,7 +672,6 @@ int cmd_report(planc::BillStore& store, const Options& o) {
       "sum(segments), round(sum(card_seconds) / 3600, 3), round(sum(core_seconds) / 3600.0, 3),"
       " round(sum(mem_gib_seconds) / 3600, 3), sum(amount_micros)"
       " FROM planc.usage_hourly WHERE true";
-  std::vector<std::string> params;
   add_user_account_filters(o, &sql, &params);
   // Hours are whole: a start inside an hour includes that hour.
   if (o.start) {
@@ -429,15 +684,17 @@ int cmd_report(planc::BillStore& store, const Options& o) {
   }
   if (!group.empty()) sql += " GROUP BY " + group + " ORDER BY " + group;
   auto r = store.rows(sql, params);
-  if (!r.ok()) die(r.error());
-  for (const char* c :
-       {"Segments", "CardHours", "CoreHours", "MemGiBHours", "AmountExact", "Amount"}) {
-    cols.push_back(c);
-    num.push_back(true);
+  if (!r.ok()) {
+    if (r.error().find("time zone") != std::string::npos)
+      usage_error(r.error() + " (set TZ to a zone name, e.g. TZ=Asia/Shanghai, or use --utc)");
+    die(r.error());
   }
-  std::vector<std::vector<std::string>> rows = r.value();
+  for (const char* c :
+       {"Segments", "CardHours", "CoreHours", "MemGiBHours", "AmountExact", "Amount"})
+    t.add(c, ListType::kNumber);
+  t.rows = r.value();
   int64_t total_minor = 0, total_micros = 0;
-  for (auto& row : rows) {
+  for (auto& row : t.rows) {
     int64_t micros = std::strtoll(row.back().c_str(), nullptr, 10);
     int64_t minor = planc::minor_of_micros(micros);
     total_micros += micros;
@@ -445,14 +702,13 @@ int cmd_report(planc::BillStore& store, const Options& o) {
     row.back() = planc::format_micros6(micros);
     row.push_back(planc::format_minor(minor));
   }
-  if (o.format == "table" && !by.empty()) {
-    std::vector<std::string> t(cols.size());
-    t[0] = "TOTAL";
-    t[t.size() - 2] = planc::format_micros6(total_micros);
-    t.back() = planc::format_minor(total_minor);
-    rows.push_back(t);
+  if (!by.empty()) {
+    t.total.assign(t.cols.size(), "");
+    t.total[0] = "TOTAL";
+    t.total[t.total.size() - 2] = planc::format_micros6(total_micros);
+    t.total.back() = planc::format_minor(total_minor);
   }
-  print(cols, num, rows, o.format);
+  print(t, o.out);
   return 0;
 }
 
@@ -463,7 +719,7 @@ int cmd_report(planc::BillStore& store, const Options& o) {
 // both sides of a ratio cover the same runs.  Peak-memory GiB-hours: each
 // bill's MaxRSS in GiB times its billed hours, summed.
 int cmd_report_efficiency(planc::BillStore& store, const Options& o) {
-  if (!o.by.empty()) die("--efficiency reports per account and user: leave out --by");
+  if (!o.by.empty()) usage_error("--efficiency reports per account and user: leave out --by");
   const std::string alloc_core = "sum(core_seconds) FILTER (WHERE used_cpu_seconds IS NOT NULL)";
   const std::string alloc_mem = "sum(mem_gib_seconds) FILTER (WHERE max_rss_bytes IS NOT NULL)";
   const std::string peak = "sum(max_rss_bytes::numeric / 1073741824 * billable_seconds)";
@@ -487,12 +743,14 @@ int cmd_report_efficiency(planc::BillStore& store, const Options& o) {
   sql += " GROUP BY account, user_name ORDER BY account, user_name";
   auto r = store.rows(sql, params);
   if (!r.ok()) die(r.error());
-  const std::vector<std::string> cols = {
-      "Account",         "User",          "Bills",      "Measured",
-      "AllocCoreHours",  "UsedCoreHours", "CPUPercent", "AllocMemGiBHours",
-      "PeakMemGiBHours", "MemPercent"};
-  const std::vector<bool> num = {false, false, true, true, true, true, true, true, true, true};
-  print(cols, num, r.value(), o.format);
+  Table t;
+  t.add("Account", ListType::kText);
+  t.add("User", ListType::kText);
+  for (const char* c : {"Bills", "Measured", "AllocCoreHours", "UsedCoreHours", "CPUPercent",
+                        "AllocMemGiBHours", "PeakMemGiBHours", "MemPercent"})
+    t.add(c, ListType::kNumber);
+  t.rows = r.value();
+  print(t, o.out);
   return 0;
 }
 
@@ -597,8 +855,8 @@ std::string run(const std::vector<std::string>& argv) {
 // runs, which row-level security would hide).  The bills are optional: a
 // database that cannot be read is said, the rest still shown.
 int cmd_market(const Options& o, const std::string& as_user, const std::string& db_error) {
-  if (o.format != "table" && o.format != "json")
-    die("--format '" + o.format + "': use table or json");
+  if (o.out.mode != Mode::kTable && o.out.mode != Mode::kJson)
+    usage_error("market prints a table, or JSON with --json");
   planc::MarketStatus s = planc::parse_market_status(run({"scontrol", "show", "config"}));
   if (s.open) {
     planc::MarketStatus::Interruption i;
@@ -624,7 +882,7 @@ int cmd_market(const Options& o, const std::string& as_user, const std::string& 
       s.own_jobs = planc::parse_own_market_jobs(run(
           {"squeue", "-h", "-u", pw->pw_name, "-t", "PD,R,CG,S", "-O", planc::own_jobs_format()}));
   }
-  std::cout << planc::format_market_status(s, o.format == "json");
+  std::cout << planc::format_market_status(s, o.out.mode == Mode::kJson);
   return 0;
 }
 
@@ -648,7 +906,7 @@ int cmd_market_history(planc::BillStore& store, const Options& o) {
   int64_t start, end;
   market_window(o, &start, &end);
   std::string sql =
-      "SELECT to_char(round_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), gpu_type, "
+      "SELECT extract(epoch FROM round_at)::bigint, gpu_type, "
       "capacity_gpus::text, coalesce(to_char(vacancy_permille / 10.0, 'FM990.0') || '%', ''), " +
       price_sql("floor_micros") + ", " + price_sql("list_micros") + ", " + "coalesce(" +
       price_sql("clearing_micros") + ", 'none')" +
@@ -657,9 +915,15 @@ int cmd_market_history(planc::BillStore& store, const Options& o) {
       " ORDER BY round_at DESC, gpu_type";
   auto r = store.rows(sql, {std::to_string(start), std::to_string(end)});
   if (!r.ok()) die(r.error() + " (the market's records need migration 0006: run planc-migrate)");
-  print({"Round", "GPUType", "OfferedGPUs", "Vacancy", "Floor", "List", "Clearing", "Bids",
-         "Winners"},
-        {false, false, true, false, true, true, true, true, true}, r.value(), o.format);
+  Table t;
+  t.add("Round", ListType::kTime);
+  t.add("GPUType", ListType::kText);
+  t.add("OfferedGPUs", ListType::kNumber);
+  t.add("Vacancy", ListType::kText);
+  for (const char* c : {"Floor", "List", "Clearing", "Bids", "Winners"})
+    t.add(c, ListType::kNumber);
+  t.rows = r.value();
+  print(t, o.out);
   return 0;
 }
 
@@ -668,8 +932,7 @@ int cmd_market_bids(planc::BillStore& store, const Options& o) {
   market_window(o, &start, &end);
   std::vector<std::string> params = {std::to_string(start), std::to_string(end)};
   std::string sql =
-      "SELECT to_char(round_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
-      "job_id::text, user_name, account, coalesce(" +
+      "SELECT extract(epoch FROM round_at)::bigint, job_id::text, user_name, account, coalesce(" +
       price_sql("bid_micros") + ", 'list'), gpus::text, outcome, " + price_sql("pays_micros") +
       " FROM planc.market_bid"
       " WHERE round_at >= to_timestamp($1::bigint) AND round_at <= to_timestamp($2::bigint)";
@@ -684,8 +947,15 @@ int cmd_market_bids(planc::BillStore& store, const Options& o) {
   sql += " ORDER BY round_at DESC, job_id";
   auto r = store.rows(sql, params);
   if (!r.ok()) die(r.error() + " (the market's records need migration 0006: run planc-migrate)");
-  print({"Round", "JobID", "User", "Account", "Bid", "GPUs", "Outcome", "Pays"},
-        {false, true, false, false, true, true, false, true}, r.value(), o.format);
+  Table t;
+  t.add("Round", ListType::kTime);
+  for (const char* c : {"JobID", "User", "Account"}) t.add(c, ListType::kText);
+  t.add("Bid", ListType::kNumber);
+  t.add("GPUs", ListType::kNumber);
+  t.add("Outcome", ListType::kText);
+  t.add("Pays", ListType::kNumber);
+  t.rows = r.value();
+  print(t, o.out);
   return 0;
 }
 
@@ -731,7 +1001,7 @@ planc::JournalRead read_journal_dir(const std::string& dir, int64_t start, int64
 // key (cluster, job id, start time); only runs slurmdbd returned for this
 // query are listed or filled.
 int cmd_reconcile(planc::BillStore& store, const Options& o) {
-  if (!o.start || !o.end) die("reconcile needs -S and -E");
+  if (!o.start || !o.end) usage_error("reconcile needs -S and -E");
   std::string conf = o.planc_conf;
   if (conf.empty()) {
     const char* sc = std::getenv("SLURM_CONF");
@@ -887,24 +1157,40 @@ int cmd_sync_roles(planc::BillStore& store, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  if (!std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
     std::cout << kUsage;
-    return argc < 2 ? 2 : 0;
+    return 0;
   }
   // Allow --db before the command.
   std::string db_early;
   int first = 1;
-  if (!std::strcmp(argv[1], "--db") && argc > 3) {
+  if ((!std::strcmp(argv[1], "--db") || !std::strcmp(argv[1], "-d")) && argc > 2) {
     db_early = argv[2];
     first = 3;
   }
-  std::string cmd = argv[first];
-  // Subcommands of market: history, bids.
-  if (cmd == "market" && argc > first + 1 &&
-      (!std::strcmp(argv[first + 1], "history") || !std::strcmp(argv[first + 1], "bids")))
-    cmd = std::string("market ") + argv[++first];
+  // No command, only options: list, as sacct lists.  getopt reads from
+  // argv[1] on: the options start after argv[first - 1].
+  std::string cmd = "list";
+  if (first < argc && argv[first][0] != '-') {
+    cmd = argv[first];
+    // Subcommands of market: history, bids.
+    if (cmd == "market" && argc > first + 1 &&
+        (!std::strcmp(argv[first + 1], "history") || !std::strcmp(argv[first + 1], "bids")))
+      cmd = std::string("market ") + argv[++first];
+  } else {
+    first--;
+  }
+  static const std::set<std::string> kCommands = {"list",       "report",         "measure",
+                                                  "reconcile",  "market",         "columns",
+                                                  "sync-roles", "market history", "market bids"};
+  if (!kCommands.count(cmd)) usage_error("unknown command '" + cmd + "'");
   Options o = parse_options(argc - first, argv + first);
   if (!db_early.empty()) o.db = db_early;
+  if (o.help_format) return cmd_help_format();
   if (cmd == "columns") return cmd_columns(o);
   // Connect as the Unix user running this (row-level security decides what
   // they see) unless the connection string names a role itself.
@@ -915,7 +1201,7 @@ int main(int argc, char** argv) {
   }
   // The market's bills are optional: a bad --db is said in its line.
   if (cmd == "market") return cmd_market(o, as_user, check.ok ? "" : "--db: " + check.error);
-  if (!check.ok) die("--db: " + check.error);
+  if (!check.ok) usage_error("--db: " + check.error);
   planc::BillStore store(o.db, as_user);
   if (auto c = store.connect(); !c.ok())
     die(c.error() + "\n(set --db or PLANC_BILL_DB to the JobCompLoc connection string)");
@@ -925,7 +1211,5 @@ int main(int argc, char** argv) {
   if (cmd == "reconcile") return cmd_reconcile(store, o);
   if (cmd == "sync-roles") return cmd_sync_roles(store, o);
   if (cmd == "market history") return cmd_market_history(store, o);
-  if (cmd == "market bids") return cmd_market_bids(store, o);
-  std::cerr << "planc-bill: unknown command '" << cmd << "'\n" << kUsage;
-  return 2;
+  return cmd_market_bids(store, o);
 }

@@ -64,9 +64,11 @@ def wait_bills(c, jobid, n, timeout=60):
                       timeout=timeout)
 
 
-def bill_tool(c, *args, user=None):
+def bill_tool(c, *args, user=None, tz=None):
     db = f"host={c.env['PGHOST']} port={c.env['PGPORT']} dbname=planc"
     env = {k: v for k, v in c.env.items() if k != "PGUSER"}
+    if tz:
+        env["TZ"] = tz
     return c.run(BILL_TOOL, "--db", db, *args, user=user, env=env)
 
 
@@ -155,7 +157,7 @@ def test_p2_preempted_then_completed_has_free_and_charged_segment(small_cluster)
     rows = sacct_c(c, "pcbob", "-j", victim)
     assert [r[4] for r in rows] == ["PREEMPTED", "COMPLETED"], rows
     # And in planc-bill, the free run says why.
-    out = bill_tool(c, "list", "-j", victim, "--format", "csv", user="pcbob")
+    out = bill_tool(c, "list", "-j", victim, "--csv", user="pcbob")
     assert out.returncode == 0, out.stderr
     listed = list(csv.DictReader(io.StringIO(out.stdout)))
     assert [(r["State"], float(r["Amount"]) == 0) for r in listed] == \
@@ -458,7 +460,7 @@ def test_report_totals_by_account_user_tier_and_hour(c):
     jobid, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--gres=gpu:1", "--wrap", "sleep 2",
                         user="pcbob")
     wait_bills(c, jobid, 1)
-    out = bill_tool(c, "report", "--by", "account,user,tier", "--format", "json", user="pcbob")
+    out = bill_tool(c, "report", "--by", "account,user,tier", "--json", user="pcbob")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert rows and {r["User"] for r in rows} == {"pcbob"}
@@ -577,8 +579,52 @@ def test_exit_codes_in_bills_are_what_sacct_shows(c):
         # sacct -c (the bills) prints the same ExitCode as plain sacct.
         p = c.run("sacct", "-c", "-n", "-P", "-j", jobid, "-o", "ExitCode", user="pcbob", env=env)
         assert p.stdout.strip() == shown, p.stderr
-        out = bill_tool(c, "list", "-j", jobid, "--format", "json", user="pcbob")
+        out = bill_tool(c, "list", "-j", jobid, "--json", user="pcbob")
         assert [r["ExitCode"] for r in json.loads(out.stdout)] == [shown]
+
+
+def test_planc_bill_reads_like_sacct_beside_sacct(c):
+    """planc-bill takes sacct's output options and job ids: -P/-p/-n/-o,
+    array tasks (7_3), the job name, times in the reader's zone or --utc,
+    and typed JSON; its JobIDs are the ones sacct prints for the same jobs."""
+    name = 'x,y "q"|z'
+    arr, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--array=0-1", "-J", name,
+                      "--wrap", "sleep 1", user="pcbob")
+    assert arr, p.stderr
+    c.wait_for("bills of both array tasks",
+               lambda: len(bills(c, f"array_job_id = {int(arr)}")) >= 2 or None, timeout=90)
+    # sacct (slurmdbd) and planc-bill, the same options, the same JobIDs.
+    # (slurmctld tells slurmdbd asynchronously: wait until it lists both.)
+    sacct = c.wait_for("slurmdbd to list both tasks", lambda: (lambda l: l if len(l) == 2 else None)(
+        c.run("sacct", "-X", "-P", "-n", "-o", "JobID,QOS", "-j", arr, user="pcbob",
+              check=True).stdout.splitlines()))
+    out = bill_tool(c, "-P", "-n", "-o", "JobID,Tier,Amount", "-j", arr, user="pcbob")
+    assert out.returncode == 0, out.stderr
+    print("sacct:", sacct, "\nplanc-bill:", out.stdout.splitlines())
+    mine = [l.split("|") for l in out.stdout.splitlines()]
+    assert sorted(r[0] for r in mine) == sorted(l.split("|")[0] for l in sacct) == \
+        [f"{arr}_0", f"{arr}_1"]
+    assert all(r[1] == "P3" and re.fullmatch(r"\d+\.\d{6}", r[2]) for r in mine), mine
+    # -p ends each line with the delimiter; without -n the header comes first.
+    out = bill_tool(c, "list", "-p", "-o", "jobid,tier", "-j", f"{arr}_1", user="pcbob")
+    assert out.stdout.splitlines() == ["JobID|Tier|", f"{arr}_1|P3|"], out.stdout
+    # JSON: the name as submitted, the id as text, the amount a number.
+    out = bill_tool(c, "--json", "-o", "JobID,JobName,Amount,Start", "-j", f"{arr}_0",
+                    user="pcbob")
+    (row,) = json.loads(out.stdout)
+    assert row["JobID"] == f"{arr}_0" and row["JobName"] == name, row
+    assert isinstance(row["Amount"], (int, float)), row
+    # Local time by default (as sacct), UTC with --utc: the same instant.
+    shanghai = bill_tool(c, "-P", "-n", "-o", "Start", "-j", f"{arr}_0", user="pcbob",
+                         tz="Asia/Shanghai").stdout.strip()
+    utc = bill_tool(c, "-P", "-n", "-o", "Start", "-j", f"{arr}_0", "--utc",
+                    user="pcbob").stdout.strip()
+    parse = lambda t: datetime.datetime.strptime(t, "%Y-%m-%dT%H:%M:%S")
+    assert parse(shanghai) - parse(utc) == datetime.timedelta(hours=8), (shanghai, utc)
+    assert row["Start"].endswith("Z") or row["Start"][-6] in "+-", row
+    # A field that does not exist is a usage error that names the fields.
+    bad = bill_tool(c, "-o", "JobID,Planet", user="pcbob")
+    assert bad.returncode == 2 and "no field 'Planet'" in bad.stderr and "JobName" in bad.stderr
 
 
 def bills_raw(c, jobids):
@@ -746,14 +792,14 @@ def test_short_runs_are_billed_exactly_and_rounded_once_per_invoice_line(c):
             if h0 <= h < end:
                 expected[h] = expected.get(h, 0) + part
     out = bill_tool(c, "report", "--by", "account,user,tier,hour", "-u", "pccarol", "-A",
-                    "acct-nodefault", "-S", str(h0), "-E", str(end), "--format", "json",
+                    "acct-nodefault", "-S", str(h0), "-E", str(end), "--json", "--utc",
                     user="pccarol")
     assert out.returncode == 0, out.stderr
     lines = [l for l in json.loads(out.stdout) if l["Tier"] == "P3"]
     print(lines)
-    got = {l["Hour(UTC)"]: (round(l["AmountExact"] * 10**6), round(l["Amount"] * 100))
+    got = {l["Hour"]: (round(l["AmountExact"] * 10**6), round(l["Amount"] * 100))
            for l in lines}
-    want = {time.strftime("%Y-%m-%dT%H:00", time.gmtime(h)): (m, (m + 5000) // 10000)
+    want = {time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime(h)): (m, (m + 5000) // 10000)
             for h, m in expected.items()}
     assert got == want
 
@@ -807,7 +853,7 @@ def test_bill_column_table_is_what_the_migrations_create(c):
     """One column table (common/bill_schema.h) makes the COPY row, the
     SELECT, the spool record and sacct -c's fields; it must name exactly
     the columns, types and nullability the migrations give planc.bill."""
-    out = bill_tool(c, "columns", "--format", "csv")
+    out = bill_tool(c, "columns", "--csv")
     assert out.returncode == 0, out.stderr
     table = {(r["Column"], r["Type"], r["Nullable"]) for r in csv.DictReader(io.StringIO(out.stdout))}
     db = {tuple(r) for r in psql(

@@ -119,7 +119,7 @@ def test_an_idle_pool_lowers_the_floor_and_the_minimum_holds(market):
     assert out.startswith("Current floor: other GPUs @ 8.00 CNY/card-hour (-60% vs list 20.00)\n"
                           "               H800 @ 8.00 CNY/card-hour (-60% vs list 20.00)\n"
                           "Vacancy:       1.00 of the GPUs idle"), out
-    js = json.loads(c.run(BILL_TOOL, "market", "--format", "json", user="pcbob", check=True).stdout)
+    js = json.loads(c.run(BILL_TOOL, "market", "--json", user="pcbob", check=True).stdout)
     assert js["market"] == "open" and js["floors"][1] == {
         "gpu_type": "h800", "floor": "8.00", "list": "20.00", "vs_list_percent": -60}, js
     # A curve that would go below 30% of list stops there (6.00 of 20.00).
@@ -270,7 +270,7 @@ def test_three_bids_for_room_for_two(market):
     assert ("Expected interruption: may be preempted by P0 or P1 (guaranteed work); P2 jobs have "
             f"run {hours} h on average in the last 24 h ({runs} runs ended, {preempted} "
             "preempted)\n") in out, out
-    js = json.loads(c.run(BILL_TOOL, "market", "--format", "json", user="pcalice",
+    js = json.loads(c.run(BILL_TOOL, "market", "--json", user="pcalice",
                           check=True).stdout)
     assert js["expected_interruption"] == {"window_hours": 24, "p2_runs": int(runs),
                                            "preempted": int(preempted),
@@ -300,7 +300,7 @@ def check_round_records(c, at, bids):
                 "WHERE b.job_id = :'p0' AND b.outcome = 'won'", bids[9])
     assert won9 == [["6000000", "6000000"]], won9
     # What users see: every round (public), their own bids only (RLS).
-    hist = json.loads(c.run(BILL_TOOL, "market", "history", "--format", "json", user="pcalice",
+    hist = json.loads(c.run(BILL_TOOL, "market", "history", "--json", user="pcalice",
                             check=True).stdout)
     mine = [h for h in hist if h["Round"] == at]
     assert mine == [{"Round": at, "GPUType": "default", "OfferedGPUs": 16, "Vacancy": mine[0]["Vacancy"],
@@ -308,14 +308,14 @@ def check_round_records(c, at, bids):
     table = c.run(BILL_TOOL, "market", "history", user="pcbob", check=True).stdout
     assert table.startswith("Round                GPUType OfferedGPUs Vacancy Floor  List "
                             "Clearing Bids Winners\n"), table
-    own = json.loads(c.run(BILL_TOOL, "market", "bids", "--format", "json", user="pcbob",
+    own = json.loads(c.run(BILL_TOOL, "market", "bids", "--json", user="pcbob",
                            check=True).stdout)
     round_bids = sorted((b["JobID"], b["Bid"], b["Outcome"], b["Pays"]) for b in own
                         if b["Round"] == at)
     assert round_bids == sorted([(int(bids[15]), 15.00, "won", 9.00),
                                  (int(bids[12]), 12.00, "won", 9.00),
                                  (int(bids[9]), 9.00, "outbid", 0.00)]), own
-    other = json.loads(c.run(BILL_TOOL, "market", "bids", "--format", "json", user="pcalice",
+    other = json.loads(c.run(BILL_TOOL, "market", "bids", "--json", user="pcalice",
                              check=True).stdout)
     assert not [b for b in other if str(b["JobID"]) in bids.values()], other
     # Nothing waits or was set aside.

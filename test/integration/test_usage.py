@@ -127,7 +127,7 @@ def check_measure(c, t0, idle, busy):
 
     # The owner's efficiency report: their own bills only (row-level security).
     out = bill_tool(c, "report", "--efficiency", "-S", str(t0), "-u", "pccarol",
-                    "--format", "json", user="pccarol")
+                    "--json", user="pccarol")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     table = bill_tool(c, "report", "--efficiency", "-S", str(t0), user="pccarol")
@@ -149,7 +149,7 @@ def check_measure(c, t0, idle, busy):
     assert row["CPUPercent"] < 50
     assert 0 < row["PeakMemGiBHours"] < row["AllocMemGiBHours"]
     # pcbob sees nothing of pccarol's.
-    other = bill_tool(c, "report", "--efficiency", "-S", str(t0), "--format", "json",
+    other = bill_tool(c, "report", "--efficiency", "-S", str(t0), "--json",
                       user="pcbob")
     assert other.returncode == 0, other.stderr
     assert all(r["User"] == "pcbob" for r in json.loads(other.stdout))

@@ -277,12 +277,41 @@ TEST(BillSchemaTest, ListShowsWhatPeopleRead) {
   for (const BillColumn& c : bill_columns())
     if (c.list_label) shown[c.list_label] = show_column(c, b);
   EXPECT_EQ(shown["JobID"], "4240_2");
-  EXPECT_EQ(shown["Start(UTC)"], "2027-01-15 08:01:40");
+  EXPECT_EQ(shown["JobName"], b.seg.job_name);
+  // Times as unix seconds: planc-bill shows them in the reader's zone.
+  EXPECT_EQ(shown["Start"], std::to_string(b.seg.start_time));
+  EXPECT_EQ(shown["MemGiBSeconds"], format_gib_seconds(b.mem_mib_seconds));
   EXPECT_EQ(shown["CardSeconds"], "22251.427560");
   EXPECT_EQ(shown["Amount"], "0.002234");
   EXPECT_EQ(shown["ExitCode"], "15:0");
   EXPECT_EQ(shown["Free"],
             "preempted: completed during its grace; unfinished preempted time is not billed");
+  // Not measured yet: nothing, not 0.
+  b.max_rss_bytes = -1;
+  b.used_cpu_micro_seconds = -1;
+  for (const BillColumn& c : bill_columns())
+    if (c.list_label) shown[c.list_label] = show_column(c, b);
+  EXPECT_EQ(shown["MaxRSSBytes"], "");
+  EXPECT_EQ(shown["UsedCPUSeconds"], "");
+}
+
+TEST(BillSchemaTest, ListTypesTellJsonNumbersFromTextAndTimes) {
+  std::map<std::string, ListType> type;
+  std::set<std::string> by_default;
+  for (const BillColumn& c : bill_columns()) {
+    if (!c.list_label) continue;
+    type[c.list_label] = column_list_type(c);
+    if (c.list_default) by_default.insert(c.list_label);
+  }
+  // An array task's id is 7_3: text, never a number.
+  EXPECT_EQ(type["JobID"], ListType::kText);
+  EXPECT_EQ(type["Start"], ListType::kTime);
+  EXPECT_EQ(type["Amount"], ListType::kNumber);
+  EXPECT_EQ(type["CardSeconds"], ListType::kNumber);
+  EXPECT_EQ(type["ExitCode"], ListType::kText);
+  EXPECT_EQ(type["JobName"], ListType::kText);
+  EXPECT_TRUE(by_default.count("JobName"));
+  EXPECT_FALSE(by_default.count("Partition"));
 }
 
 }  // namespace
