@@ -38,7 +38,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: planc-conf check FILE\n"
     "       planc-conf sacctmgr FILE [--gpus N]\n"
-    "       planc-conf get FILE GuaranteedPartition|GuaranteedCapQOS\n"
+    "       planc-conf get FILE GuaranteedPartition|GuaranteedCapQOS|SpoolDir\n"
     "       planc-conf keys\n"
     "       planc-conf --help | --version\n";
 
@@ -229,6 +229,9 @@ int main(int argc, char** argv) {
       std::printf("%s\n", cfg.guaranteed_partition.c_str());
     } else if (planc::iequals(key, "GuaranteedCapQOS")) {
       std::printf("%s\n", cfg.guaranteed_cap_qos.c_str());
+    } else if (planc::iequals(key, "SpoolDir")) {
+      // Empty: the default, <StateSaveLocation>/planc_jobcomp.
+      std::printf("%s\n", cfg.spool_dir.c_str());
     } else {
       std::fprintf(stderr, "planc-conf: get: unknown key '%s'\n", key.c_str());
       return 2;
