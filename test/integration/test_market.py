@@ -300,22 +300,23 @@ def check_round_records(c, at, bids):
                 "WHERE b.job_id = :'p0' AND b.outcome = 'won'", bids[9])
     assert won9 == [["6000000", "6000000"]], won9
     # What users see: every round (public), their own bids only (RLS).
-    hist = json.loads(c.run(BILL_TOOL, "market", "history", "--json", user="pcalice",
+    hist = json.loads(c.run(BILL_TOOL, "market", "history", "--json", "--utc", user="pcalice",
                             check=True).stdout)
     mine = [h for h in hist if h["Round"] == at]
     assert mine == [{"Round": at, "GPUType": "default", "OfferedGPUs": 16, "Vacancy": mine[0]["Vacancy"],
                      "Floor": 6.00, "List": 20.00, "Clearing": 9.00, "Bids": 3, "Winners": 2}], mine
     table = c.run(BILL_TOOL, "market", "history", user="pcbob", check=True).stdout
-    assert table.startswith("Round                GPUType OfferedGPUs Vacancy Floor  List "
-                            "Clearing Bids Winners\n"), table
-    own = json.loads(c.run(BILL_TOOL, "market", "bids", "--json", user="pcbob",
+    assert table.splitlines()[0].split() == ["Round", "GPUType", "OfferedGPUs", "Vacancy", "Floor",
+                                             "List", "Clearing", "Bids", "Winners"], table
+    own = json.loads(c.run(BILL_TOOL, "market", "bids", "--json", "--utc", user="pcbob",
                            check=True).stdout)
     round_bids = sorted((b["JobID"], b["Bid"], b["Outcome"], b["Pays"]) for b in own
                         if b["Round"] == at)
-    assert round_bids == sorted([(int(bids[15]), 15.00, "won", 9.00),
-                                 (int(bids[12]), 12.00, "won", 9.00),
-                                 (int(bids[9]), 9.00, "outbid", 0.00)]), own
-    other = json.loads(c.run(BILL_TOOL, "market", "bids", "--json", user="pcalice",
+    # Job ids are text, as in every listing (an array task is 7_3).
+    assert round_bids == sorted([(bids[15], 15.00, "won", 9.00),
+                                 (bids[12], 12.00, "won", 9.00),
+                                 (bids[9], 9.00, "outbid", 0.00)]), own
+    other = json.loads(c.run(BILL_TOOL, "market", "bids", "--json", "--utc", user="pcalice",
                              check=True).stdout)
     assert not [b for b in other if str(b["JobID"]) in bids.values()], other
     # Nothing waits or was set aside.
