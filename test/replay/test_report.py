@@ -91,6 +91,22 @@ def test_kpis_by_hand(basic):
     assert k["p0_never_started"] == 0 and k["jobs"] == 7 and k["segments"] == 7
 
 
+def test_a_run_kept_gzipped_reads_as_it_was_written(basic):
+    # The committed runs keep their CSV files gzipped: the report reads them.
+    import gzip
+    import shutil
+    want = R.compute_kpis(R.Run(basic))
+    for name in os.listdir(basic):
+        if name.endswith(".csv"):
+            path = os.path.join(basic, name)
+            with open(path, "rb") as src, gzip.open(path + ".gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.remove(path)
+    run = R.Run(basic)
+    assert run.problems == [] and R.compute_kpis(run) == want
+    assert R.check_consistency(basic) == []
+
+
 def test_brief_example_one_p2_preempted_after_100s(tmp_path):
     # One P2 job preempted once after 100 s at k=10: P2 mean run 1000 s trace.
     jobs = [("w000001", 1, "P2", 1, 1000, 1000, 1000, 1100, "PREEMPTED", 0)]

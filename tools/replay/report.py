@@ -114,6 +114,7 @@ zero_reason starts with "preempted" (a victim that ended in its grace).
 """
 
 import csv
+import gzip
 import json
 import math
 import os
@@ -150,17 +151,25 @@ def _num(s: str) -> Optional[float]:
 
 
 def _read_csv(path: str, columns: Sequence[str], problems: List[str]) -> List[Dict[str, str]]:
+    """The CSV at `path`, or at `path`.gz as the committed runs keep it."""
     name = os.path.basename(path)
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        with gzip.open(path + ".gz", "rt", newline="") as f:
+            return _dict_rows(csv.DictReader(f), name, columns, problems)
     if not os.path.exists(path):
         problems.append(f"{name}: missing")
         return []
     with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in columns if c not in (reader.fieldnames or [])]
-        if missing:
-            problems.append(f"{name}: columns missing: {', '.join(missing)}")
-            return []
-        return list(reader)
+        return _dict_rows(csv.DictReader(f), name, columns, problems)
+
+
+def _dict_rows(reader: csv.DictReader, name: str, columns: Sequence[str],
+               problems: List[str]) -> List[Dict[str, str]]:
+    missing = [c for c in columns if c not in (reader.fieldnames or [])]
+    if missing:
+        problems.append(f"{name}: columns missing: {', '.join(missing)}")
+        return []
+    return list(reader)
 
 
 class Run:
@@ -648,19 +657,17 @@ def check_consistency(run_dir: str) -> List[str]:
             problems.append(f"jobs.csv: job {j['name']}: ends before it starts")
     workload = run.meta.get("workload")
     if workload:
-        path = workload if os.path.isabs(workload) else os.path.join(run_dir, workload)
-        try:
-            from tools.replay.workload import read_csv
-            # A submission Slurm refused (run.json's "refused": name ->
-            # sbatch's message) has no job id, so no row: counted there.
-            refused = run.meta.get("refused") or {}
-            missing = [w.name for w in read_csv(path) if w.name not in names
-                       and w.name not in refused]
+        # A submission Slurm refused (run.json's "refused": name ->
+        # sbatch's message) has no job id, so no row: counted there.
+        refused = run.meta.get("refused") or {}
+        jobs = _read_workload(run)
+        if jobs is None:
+            problems.append(f"workload {workload}: missing or unreadable")
+        else:
+            missing = [w.name for w in jobs if w.name not in names and w.name not in refused]
             if missing:
                 problems.append(f"{len(missing)} job(s) of the workload missing from jobs.csv: "
                                 + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
-        except (OSError, ValueError) as e:
-            problems.append(f"workload {workload}: unreadable ({e})")
 
     # Bills, one by one.
     by_job: Dict[str, List[Dict]] = {}
