@@ -49,7 +49,7 @@ StateSaveLocation.  It never contacts slurmctld.
 
   --web.listen-address ADDR
                       address:port to serve on (--listen is the same)
-                                                        [127.0.0.1:9866]
+                                                       [127.0.0.1:10731]
   --state-dir DIR     slurmctld's StateSaveLocation         [/var/spool/slurmctld]
   --sources LIST      snapshots to read, comma-separated    [slurmctld,preempt,jobcomp]
   --max-age SECONDS   older snapshots count as down         [60]
@@ -73,7 +73,7 @@ logged once on stderr when it goes down.
 )";
 
 struct Options {
-  std::string listen = "127.0.0.1:9866";
+  std::string listen = "127.0.0.1:10731";
   std::string state_dir = "/var/spool/slurmctld";
   std::vector<std::string> sources = {"slurmctld", "preempt", "jobcomp"};
   uint32_t max_age = 60;
