@@ -112,12 +112,13 @@ const std::vector<MetricInfo> kCatalog = {
      "PostgreSQL (planc.usage_hourly), all time; tier is \"none\" for a QoS that is no tier."},
     {"planc_billed_core_seconds_total", T::kCounter, "cluster,account,tier", "database",
      "Core-seconds billed (allocated CPUs x run seconds), from planc.usage_hourly, all time."},
-    {"planc_billed_memory_gib_seconds_total", T::kCounter, "cluster,account,tier", "database",
-     "Memory GiB-seconds billed (allocated memory x run seconds), from planc.usage_hourly, all "
-     "time."},
-    {"planc_billed_amount_total", T::kCounter, "cluster,account,tier", "database",
-     "Amount billed in the bills' currency (planc.conf Currency, major units), exact to a "
-     "micro-unit, from planc.usage_hourly, all time; unfinished preempted time is 0."},
+    {"planc_billed_memory_byte_seconds_total", T::kCounter, "cluster,account,tier", "database",
+     "Memory byte-seconds billed (allocated memory in bytes x run seconds), from "
+     "planc.usage_hourly, all time."},
+    {"planc_billed_amount_total", T::kCounter, "cluster,account,tier,currency", "database",
+     "Amount billed, in major units of the currency label (planc.conf Currency, as the "
+     "cluster's newest bill has it), exact to a micro-unit, from planc.usage_hourly, all time; "
+     "unfinished preempted time is 0."},
     {"planc_bill_newest_end_timestamp_seconds", T::kGauge, "", "database",
      "The end of the newest run segment PostgreSQL has a bill for (Unix time; absent when "
      "there is no bill): how far the bills have got."},
@@ -309,16 +310,21 @@ void add_database_samples(const DatabaseFigures& d, MetricsSnapshot* s) {
   static constexpr std::array<std::pair<const char*, double BilledTotal::*>, 4> kFields = {{
       {"planc_billed_gpu_seconds_total", &BilledTotal::gpu_seconds},
       {"planc_billed_core_seconds_total", &BilledTotal::core_seconds},
-      {"planc_billed_memory_gib_seconds_total", &BilledTotal::memory_gib_seconds},
+      {"planc_billed_memory_byte_seconds_total", &BilledTotal::memory_byte_seconds},
       {"planc_billed_amount_total", &BilledTotal::amount},
   }};
   for (const auto& [name, field] : kFields)
-    for (const BilledTotal& t : d.totals)
-      s->samples.push_back({name,
-                            {{"cluster", t.cluster},
-                             {"account", t.account},
-                             {"tier", t.tier.empty() ? "none" : t.tier}},
-                            t.*field});
+    for (const BilledTotal& t : d.totals) {
+      MetricSample m{name,
+                     {{"cluster", t.cluster},
+                      {"account", t.account},
+                      {"tier", t.tier.empty() ? "none" : t.tier}},
+                     t.*field};
+      // Money has no base unit, so the currency is a label: a sum by
+      // currency never adds two currencies together.
+      if (field == &BilledTotal::amount) m.labels.emplace_back("currency", t.currency);
+      s->samples.push_back(std::move(m));
+    }
   if (d.newest_bill_end)
     s->samples.push_back({"planc_bill_newest_end_timestamp_seconds", {}, *d.newest_bill_end});
   s->samples.push_back({"planc_bills_unmeasured", {}, static_cast<double>(d.unmeasured_7d)});

@@ -88,13 +88,15 @@ struct BillingCounters {
 void add_billing_samples(const BillingCounters& b, MetricsSnapshot* s);
 
 // What the bill database knows (planc-exporter's "database" source, read
-// through planc.metrics_billed() and planc.metrics_bills(), schema 0004):
-// billed usage per cluster, account and tier, all time; the newest bill's
-// end; bills not measured yet.
+// through planc.metrics_billed() and planc.metrics_bills(), schemas 0004
+// and 0008): billed usage per cluster, account and tier, all time, in base
+// units; the newest bill's end; bills not measured yet.
 struct BilledTotal {
   std::string cluster, account, tier;  // tier "" when the QoS is no tier
-  double gpu_seconds = 0, core_seconds = 0, memory_gib_seconds = 0;
-  double amount = 0;  // major units of the bills' currency
+  double gpu_seconds = 0, core_seconds = 0;
+  double memory_byte_seconds = 0;  // allocated bytes x run seconds
+  double amount = 0;               // major units of `currency`
+  std::string currency;            // the bills' (planc.conf Currency), e.g. "CNY"
 };
 struct DatabaseFigures {
   std::vector<BilledTotal> totals;

@@ -4,9 +4,9 @@
 // reads the snapshot files the plugins write into StateSaveLocation
 // (common/metrics_snapshot.h) and publishes what is fresh; it never talks
 // to slurmctld.  With --database, a background thread reads the bill
-// database's totals every --database-interval (schema 0004's functions)
-// into a snapshot of the same form, so a scrape never waits on
-// PostgreSQL.  A source that is missing, corrupt, stale or unreachable
+// database's totals every --database-interval (the functions of schemas
+// 0004 and 0008) into a snapshot of the same form, so a scrape never waits
+// on PostgreSQL.  A source that is missing, corrupt, stale or unreachable
 // shows as planc_exporter_source_up{source=...} 0 (and one log line when
 // it goes down), never as a crash or as old figures.
 #include <getopt.h>
@@ -176,10 +176,12 @@ class DatabasePoller {
       PQclear(set);
     }
     planc::DatabaseFigures d;
+    // Memory in bytes (the base unit Prometheus wants), exact in numeric
+    // before the one conversion to float8.
     PGresult* r = PQexec(conn_,
                          "SELECT cluster, account, tier, card_seconds::float8, "
-                         "core_seconds::float8, mem_gib_seconds::float8, "
-                         "(amount_micros / 1000000)::float8 FROM planc.metrics_billed()");
+                         "core_seconds::float8, (mem_gib_seconds * 1073741824)::float8, "
+                         "(amount_micros / 1000000)::float8, currency FROM planc.metrics_billed()");
     if (PQresultStatus(r) != PGRES_TUPLES_OK) return failed(r, "planc.metrics_billed()");
     for (int i = 0; i < PQntuples(r); i++) {
       planc::BilledTotal t;
@@ -188,8 +190,9 @@ class DatabasePoller {
       t.tier = PQgetvalue(r, i, 2);
       t.gpu_seconds = std::strtod(PQgetvalue(r, i, 3), nullptr);
       t.core_seconds = std::strtod(PQgetvalue(r, i, 4), nullptr);
-      t.memory_gib_seconds = std::strtod(PQgetvalue(r, i, 5), nullptr);
+      t.memory_byte_seconds = std::strtod(PQgetvalue(r, i, 5), nullptr);
       t.amount = std::strtod(PQgetvalue(r, i, 6), nullptr);
+      t.currency = PQgetvalue(r, i, 7);
       d.totals.push_back(std::move(t));
     }
     PQclear(r);

@@ -280,17 +280,23 @@ def test_run_segments_bills_and_the_backlog_while_postgresql_is_down(c):
         def agree():
             """The scrape's figures when they are the hourly table's, read
             before and after it (bills of earlier jobs may still arrive)."""
-            q = ("SELECT sum(card_seconds), sum(core_seconds), sum(amount_micros) "
-                 "FROM planc.usage_hourly WHERE account = 'acct-spot' AND tier = 'P3'")
+            q = ("SELECT sum(card_seconds), sum(core_seconds), sum(mem_gib_seconds), "
+                 "sum(amount_micros) FROM planc.usage_hourly "
+                 "WHERE account = 'acct-spot' AND tier = 'P3'")
             before = psql(c, q)[0]
             body = scrape() or ""
             if psql(c, q)[0] != before or 'source_up{source="database"} 1' not in body:
                 return None
             m = parse(body)
-            card, cores, micros = before
+            card, cores, gib_seconds, micros = before
+            # Memory in bytes, the amount with its currency as a label
+            # (planc.conf's Currency, which the bills carry).
+            money = labels[:-1] + ',currency="CNY"}'
             ok = (m.get(("planc_billed_gpu_seconds_total", labels)) == float(card)
                   and m.get(("planc_billed_core_seconds_total", labels)) == float(cores)
-                  and abs(m.get(("planc_billed_amount_total", labels), -1) - int(micros) / 1e6)
+                  and m.get(("planc_billed_memory_byte_seconds_total", labels))
+                  == pytest.approx(float(gib_seconds) * 2**30, rel=1e-12)
+                  and abs(m.get(("planc_billed_amount_total", money), -1) - int(micros) / 1e6)
                   < 1e-6)
             return m if ok else None
         db = c.wait_for("the exporter's totals to be the hourly table's", agree, timeout=30)

@@ -134,8 +134,8 @@ TEST(BillingSamplesTest, PerTierRunsAndTheBacklog) {
 
 TEST(DatabaseSamplesTest, BilledTotalsPerAccountAndTierAndTheNewestBill) {
   DatabaseFigures d;
-  d.totals = {{"planc", "acct spot", "P3", 7200.5, 14400, 28800.25, 1.234567},
-              {"planc", "acct-x", "", 1, 2, 3, 0}};
+  d.totals = {{"planc", "acct spot", "P3", 7200.5, 14400, 30923764531.2, 1.234567, "CNY"},
+              {"planc", "acct-x", "", 1, 2, 3, 0, "CNY"}};
   d.unmeasured_7d = 4;
   d.query_seconds = 0.012;
   MetricsSnapshot s;
@@ -152,9 +152,15 @@ TEST(DatabaseSamplesTest, BilledTotalsPerAccountAndTierAndTheNewestBill) {
   }
   EXPECT_EQ(v["planc_billed_gpu_seconds_total cluster=planc account=acct spot tier=P3"], 7200.5);
   EXPECT_EQ(v["planc_billed_core_seconds_total cluster=planc account=acct spot tier=P3"], 14400);
-  EXPECT_EQ(v["planc_billed_memory_gib_seconds_total cluster=planc account=acct spot tier=P3"],
-            28800.25);
-  EXPECT_EQ(v["planc_billed_amount_total cluster=planc account=acct spot tier=P3"], 1.234567);
+  EXPECT_EQ(v["planc_billed_memory_byte_seconds_total cluster=planc account=acct spot tier=P3"],
+            30923764531.2);
+  EXPECT_EQ(v["planc_billed_amount_total cluster=planc account=acct spot tier=P3 currency=CNY"],
+            1.234567)
+      << "money's unit is the currency label";
+  EXPECT_EQ(v.count("planc_billed_gpu_seconds_total cluster=planc account=acct spot tier=P3 "
+                    "currency=CNY"),
+            0u)
+      << "only the amount has a currency";
   EXPECT_EQ(v["planc_billed_gpu_seconds_total cluster=planc account=acct-x tier=none"], 1)
       << "a QoS that is no tier";
   EXPECT_EQ(v["planc_bills_unmeasured"], 4);
