@@ -101,7 +101,8 @@ const std::vector<MetricInfo> kCatalog = {
     {"planc_infusion_operations_total", T::kCounter, "pool,action", "slurmctld",
      "Capacity infusion's operations on the pool since slurmctld started: action=\"grow\" (a "
      "replica submitted), \"shrink\" (one drained: idle fell below its threshold), "
-     "\"reclaim\" (one given back to guaranteed work waiting; not limited by the cooldown)."},
+     "\"reclaim\" (one given back to guaranteed work waiting; not limited by the cooldown); 0 "
+     "for each pool of planc.conf until its first."},
     {"planc_infusion_replicas", T::kGauge, "pool", "slurmctld",
      "The pool's replicas, pending or running, not draining (Infusion=yes only)."},
     {"planc_spot_cap_refusals_total", T::kCounter, "tier", "slurmctld",

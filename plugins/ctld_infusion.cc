@@ -234,7 +234,13 @@ void infusion_tick(Controller& c, const planc::PlancConfig& cfg, const planc::Po
       text += (text.empty() ? "" : ",") + sp.name + "=" + std::to_string(sp.replicas);
     planc::MutexLock l(c.infusion_mu);
     c.infusion_shown.replicas = text;
-    for (const planc::ServingPool& sp : pools) c.infusion_replicas[sp.name] = sp.replicas;
+    for (const planc::ServingPool& sp : pools) {
+      c.infusion_replicas[sp.name] = sp.replicas;
+      // Every pool's counters exist from 0: rate() and increase() see its
+      // first operation, and a quiet pool shows 0, not nothing.
+      for (const char* action : {"grow", "shrink", "reclaim"})
+        c.infusion_ops.try_emplace({sp.name, action}, 0);
+    }
   }
   auto m = c.idle.measure(now, cfg.infusion.settings.window_seconds);
   // Giving back does not wait for the idle window: it is not about idle.
