@@ -79,6 +79,21 @@ def test_p3_rate_is_by_submitted_tier_and_empty_hours_are_shown():
     assert h2["rate"] is None and h2["ran"] == 0 and h2["waiting"] == 2
     assert k["empty_hours"] == 1 and k["never_started"] == 2 and k["jobs"] == 4
     assert k["mean"] == pytest.approx(1 / 6) and k["worst"] == pytest.approx(1 / 3)
+    # No hour has MIN_P3_RUNS runs: no busy worst; pooled 1 of 4 hourly runs.
+    assert k["worst_busy"] is None and k["busy_hours"] == 0
+    assert k["pooled"] == pytest.approx(1 / 4)
+
+
+def test_p3_worst_busy_hour_leaves_out_hours_of_a_run_or_two():
+    # Hour 0: one run, preempted (100%).  Hour 1: ten runs, two preempted.
+    jobs = [job(f"j{i}", "P3", 0, H + 1) for i in range(10)] + [job("x", "P3", 0, 10)]
+    segments = [run("x", 10, 20, True)] + [
+        run(f"j{i}", H + 1, H + 100, i < 2) for i in range(10)]
+    k = kpi.p3_rate_by_hour(jobs, segments, 0, 2 * H)
+    assert [h["ran"] for h in k["hours"]] == [1, 10]
+    assert k["worst"] == 1.0
+    assert k["worst_busy"] == pytest.approx(0.2) and k["busy_hours"] == 1
+    assert k["pooled"] == pytest.approx(3 / 11)
 
 
 def test_preemptions_in_any_24_h():

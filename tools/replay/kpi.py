@@ -153,6 +153,12 @@ def rate_by_hour(runs: Sequence[Dict], start: float, end: float,
     return hours
 
 
+# The fewest P3 runs an hour needs for its rate to count as the busy
+# hours' worst (a display choice, not the policy's: the policy's target is
+# every hour's).
+MIN_P3_RUNS = 10
+
+
 def p3_rate_by_hour(jobs: Iterable[Dict], segments: Iterable[Dict], start: float, end: float,
                     hour: float = HOUR) -> Dict[str, object]:
     """jobs: {"job_id", "tier" (submitted), "eligible", "first_start" or
@@ -165,10 +171,18 @@ def p3_rate_by_hour(jobs: Iterable[Dict], segments: Iterable[Dict], start: float
         x["waiting"] = sum(1 for j in p3_jobs.values() if j["eligible"] <= b and (
             j["first_start"] is None or j["first_start"] > b))
     rates = [x["rate"] for x in hours if x["rate"] is not None]
+    # Beside the worst hour: the worst of the hours with at least
+    # MIN_P3_RUNS runs (one preempted of one is 100%), and the window's
+    # preemptions over its runs (each run counted in every hour it touched).
+    busy = [x["rate"] for x in hours if x["ran"] >= MIN_P3_RUNS]
+    ran = sum(x["ran"] for x in hours)
     return {
         "hours": hours,
         "mean": _mean(rates),
         "worst": max(rates) if rates else None,
+        "worst_busy": max(busy) if busy else None,
+        "busy_hours": len(busy),
+        "pooled": sum(x["preempted"] for x in hours) / ran if ran else None,
         "empty_hours": sum(1 for x in hours if x["rate"] is None),
         "never_started": sum(1 for j in p3_jobs.values() if j["first_start"] is None),
         "jobs": len(p3_jobs),

@@ -121,6 +121,7 @@ import os
 import sys
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from tools.replay import kpi
 from tools.replay.kpi import max_in_window, rate_by_hour  # noqa: F401 (R.max_in_window)
 
 TIERS = ("P0", "P1", "P2", "P3")
@@ -602,6 +603,8 @@ def section9(run: Run, out: Dict[str, object], jobs_by_id: Dict[str, Dict]) -> N
     out["p3_rate_submitted_by_hour"] = [h["rate"] for h in p3["hours"]]
     out["p3_rate_submitted_mean"] = p3["mean"]
     out["p3_rate_submitted_worst"] = p3["worst"]
+    out["p3_rate_submitted_worst_busy"] = p3["worst_busy"]
+    out["p3_rate_submitted_pooled"] = p3["pooled"]
     out["p3_empty_hours"] = p3["empty_hours"]
     out["p3_never_started"] = p3["never_started"]
     # Utilisation beside its ceiling, and goodput.
@@ -798,6 +801,12 @@ KPIS = (
      ("<=", 0.10), (">", 0.20)),
     ("p3_rate_submitted_worst", "P3 preemption rate, worst hour (by submitted tier)", "ratio",
      ("<=", 0.10), (">", 0.20)),
+    ("p3_rate_submitted_worst_busy",
+     f"P3 preemption rate, worst hour of those with {kpi.MIN_P3_RUNS}+ P3 runs (not a target)",
+     "ratio", None, None),
+    ("p3_rate_submitted_pooled",
+     "P3 preemption rate, the window's preemptions over its hourly runs (not a target)",
+     "ratio", None, None),
     ("p3_empty_hours", "Trace hours without any P3 run (no rate)", "count", None, None),
     ("p3_never_started", "P3 jobs never started", "count", None, None),
     ("p2_preempt_24h_max", "Preemptions per P2 job in 24 h, max", "count", ("<=", 3), (">", 5)),
