@@ -102,13 +102,6 @@ std::string show_job_id(const Bill& b) {
   return std::to_string(b.seg.job_id);
 }
 std::string show_micros6(const Bill& b) { return format_micros6(b.amount_micros); }
-// Not measured shows as nothing, never as 0.
-std::string show_used_cpu(const Bill& b) {
-  return b.used_cpu_micro_seconds < 0 ? "" : format_micros6(b.used_cpu_micro_seconds);
-}
-std::string show_max_rss(const Bill& b) {
-  return b.max_rss_bytes < 0 ? "" : std::to_string(b.max_rss_bytes);
-}
 
 constexpr const char* kBigint = "bigint";
 constexpr const char* kInteger = "integer";
@@ -410,7 +403,6 @@ const BillColumn kColumns[] = {
      .null_value = -1,
      BILL_NUM(used_cpu_micro_seconds),
      .list_label = "UsedCPUSeconds",
-     .show = show_used_cpu,
      .measured = true},
     {.name = "max_rss_bytes",
      .kind = K::kInt,
@@ -419,7 +411,6 @@ const BillColumn kColumns[] = {
      .null_value = -1,
      BILL_NUM(max_rss_bytes),
      .list_label = "MaxRSSBytes",
-     .show = show_max_rss,
      .measured = true},
     {.name = "tres_usage_in_tot",
      .kind = K::kText,
@@ -617,6 +608,7 @@ std::string show_column(const BillColumn& c, const Bill& b) {
   if (c.show) return c.show(b);
   FieldValue v = column_value(c, b);
   if (v.is_text()) return std::string(v.text());
+  // A null (e.g. not measured yet) shows as nothing, never as 0.
   if (c.nullable && v.num() == c.null_value) return "";
   switch (c.kind) {
     case K::kMicros:

@@ -324,11 +324,15 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
   using R = Result<std::vector<Bill>>;
   std::string sql = "SELECT " + bill_select_list() + " FROM planc.bill WHERE true";
   std::vector<std::string> params;
+  // Adds a parameter; returns its placeholder ("$3").
+  auto param = [&](std::string v) {
+    params.push_back(std::move(v));
+    return "$" + std::to_string(params.size());
+  };
   auto any = [&](const char* column, const char* type, const std::vector<std::string>& v) {
     if (v.empty()) return;
-    params.push_back(pg_text_array(v));
-    sql += std::string(" AND ") + column + " = ANY($" + std::to_string(params.size()) +
-           "::" + type + "[])";
+    sql +=
+        std::string(" AND ") + column + " = ANY(" + param(pg_text_array(v)) + "::" + type + "[])";
   };
   std::vector<std::string> uids;
   for (uint32_t id : f.uids) uids.push_back(std::to_string(id));
@@ -337,10 +341,6 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
   any("account", "text", f.accounts);
   // The jobs named, any of them: one clause of alternatives.
   std::vector<std::string> jobs;
-  auto param = [&](std::string v) {
-    params.push_back(std::move(v));
-    return "$" + std::to_string(params.size());
-  };
   if (!f.job_ids.empty()) {
     std::vector<std::string> ids;
     for (uint32_t id : f.job_ids) ids.push_back(std::to_string(id));

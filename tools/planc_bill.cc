@@ -7,7 +7,6 @@
 #include <pwd.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -113,11 +112,6 @@ const char* kUsage =
 [[noreturn]] void usage_error(const std::string& msg) {
   std::cerr << "planc-bill: " << msg << "\n(planc-bill --help shows the usage)\n";
   std::exit(2);
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 // A time given on the command line, in the local time zone (or UTC).
@@ -262,7 +256,7 @@ std::vector<size_t> pick_columns(const Table& t, const Output& out) {
   }
   for (const std::string& f : out.fields) {
     size_t j = 0;
-    while (j < t.cols.size() && lower(t.cols[j]) != lower(f)) j++;
+    while (j < t.cols.size() && !planc::iequals(t.cols[j], f)) j++;
     if (j == t.cols.size()) {
       std::string valid;
       for (const std::string& c : t.cols) valid += (valid.empty() ? "" : ",") + c;
@@ -453,12 +447,11 @@ Options parse_options(int argc, char** argv) {
       case 'o': {
         // The output modes' names, as --format took them before it took
         // sacct's field list, are still understood.
-        std::string v = lower(optarg);
-        if (v == "table")
+        if (planc::iequals(optarg, "table"))
           o.out.mode = Mode::kTable;
-        else if (v == "csv")
+        else if (planc::iequals(optarg, "csv"))
           o.out.mode = Mode::kCsv;
-        else if (v == "json")
+        else if (planc::iequals(optarg, "json"))
           o.out.mode = Mode::kJson;
         else
           for (auto& f : split(optarg, ','))

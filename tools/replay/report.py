@@ -563,7 +563,6 @@ def _read_workload(run: Run):
 def section9(run: Run, out: Dict[str, object], jobs_by_id: Dict[str, Dict]) -> None:
     """Section 9's KPIs as tools/replay/kpi.py defines them (trace time,
     the SLA in wall seconds)."""
-    from tools.replay import kpi
     submitted = {jid: j["tier"] for jid, j in jobs_by_id.items()}
     workload = _workload(run)
     # The SLA, every guaranteed submission: those Slurm refused (run.json's
