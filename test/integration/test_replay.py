@@ -1,7 +1,7 @@
 """planc-replay's quick mode, as CI runs it: the reference workload
 (workloads/reference.csv: 100 jobs, 1 h of trace time, 32 GPUs) through stock
 Slurm (preempt/qos) and through Plan C, each on a private 4-node cluster of its
-own started fresh, at k = 20; then the report.  It must be complete (every
+own started fresh, at k = 40; then the report.  It must be complete (every
 KPI of both configurations, the plots) and consistent: the run segments the
 bills count are the ones slurmdbd has, every workload job appears, each
 tier's GPU-seconds add up (tools/replay/report.py check_consistency)."""
