@@ -259,6 +259,10 @@ class Parser {
   bool set_window(const Pair& p) {
     return duration_value(p, 1, 366 * 86400, &cfg_.preempt_window_seconds);
   }
+  bool set_p3_budget(const Pair& p) { return uint_value(p, 0, 100, &cfg_.p3_preempt_max_percent); }
+  bool set_p3_budget_window(const Pair& p) {
+    return duration_value(p, 1, 7 * 86400, &cfg_.p3_preempt_window_seconds);
+  }
   bool set_finished_code(const Pair& p) {
     if (iequals(p.value, "none")) {
       cfg_.grace_finished_exit_code = -1;
@@ -674,6 +678,8 @@ class Parser {
       {"GuaranteedCapQOS", &Parser::set_cap_qos},
       {"PreemptMaxCount", &Parser::set_max_count},
       {"PreemptWindow", &Parser::set_window},
+      {"P3PreemptMaxPercent", &Parser::set_p3_budget},
+      {"P3PreemptWindow", &Parser::set_p3_budget_window},
       {"GraceFinishedExitCode", &Parser::set_finished_code},
       {"StarvationThreshold", &Parser::set_starvation_threshold},
       {"StarvationInterval", &Parser::set_starvation_interval},

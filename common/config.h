@@ -122,6 +122,11 @@ struct PlancConfig {
   // A job preempted this many times within the window is not chosen again.
   uint32_t preempt_max_count = 3;
   uint32_t preempt_window_seconds = 24 * 3600;
+  // The P3 preemption budget (common/preempt_budget.h): preemptions of P3
+  // runs within the window stay under this share (percent) of the P3 runs
+  // running.  0: no budget.
+  uint32_t p3_preempt_max_percent = 0;
+  uint32_t p3_preempt_window_seconds = 3600;
   // A victim that exits with this code during its grace says it finished
   // its real work: it stays COMPLETED and is billed, not requeued.  Any
   // other ending during the grace (exit 0 included) is treated as the

@@ -105,6 +105,12 @@ const std::vector<MetricInfo> kCatalog = {
      "for each pool of planc.conf until its first."},
     {"planc_infusion_replicas", T::kGauge, "pool", "slurmctld",
      "The pool's replicas, pending or running, not draining (Infusion=yes only)."},
+    {"planc_p3_preempt_budget_used", T::kGauge, "", "preempt",
+     "Preemptions of runs counting as P3 (free attempts included) started within "
+     "P3PreemptWindow (planc.conf) before now: what the P3 preemption budget has spent."},
+    {"planc_p3_preempt_budget_remaining", T::kGauge, "", "preempt",
+     "How many more P3 runs P2 jobs may preempt now: P3PreemptMaxPercent of the P3 runs "
+     "running, less planc_p3_preempt_budget_used (absent with no budget)."},
     {"planc_spot_cap_refusals_total", T::kCounter, "tier", "slurmctld",
      "Submissions and QoS updates job_submit/planc refused because the account had used its "
      "daily spot cap (SpotCapP2, SpotCapP3) in the tier, since slurmctld started."},

@@ -242,6 +242,10 @@ std::string spot_sample(Controller& c, int* gpu_pos, const std::string& last_wri
   c.sla.observe(c.config->sla_start_seconds, sample.guaranteed_running, sample.guaranteed_held,
                 sample.guaranteed_pending);
   c.ledger->sample(time(nullptr), sample.spot_running, sample.spot_ended);
+  c.p3_running.store(
+      std::count_if(sample.spot_running.begin(), sample.spot_running.end(),
+                    [](const planc::RunningSpotJob& r) { return r.tier == planc::TierId::kP3; }),
+      std::memory_order_relaxed);
   publish_usage(c);
   std::string text = c.ledger->serialize();
   return text == last_written ? std::string() : text;

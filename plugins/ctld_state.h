@@ -140,6 +140,9 @@ struct Controller {
   // only then.
   std::atomic<bool> running{false};
   CtldStats stats;
+  // Runs counting as P3 at the last sample (-1: none yet), for
+  // preempt/planc's P3 preemption budget (planc_p3_running_v1).
+  std::atomic<int64_t> p3_running{-1};
 
   // --- the worker's alone (and init()'s and fini()'s while it does not run) ---
   // The configuration in force and the QoS lookup over its tiers; the

@@ -22,7 +22,10 @@
 //                             submitted (infusion gives GPUs back now);
 //   planc_reclaiming_for_v1   preempt/planc asks whether infusion is giving
 //                             replicas back for a guaranteed job (job id
-//                             0: for any job).
+//                             0: for any job);
+//   planc_p3_running_v1       the runs counting as P3 at slurmctld/planc's
+//                             last sample, read by preempt/planc's P3
+//                             preemption budget.
 #ifndef PLANC_PLUGINS_PLANC_SHARED_H_
 #define PLANC_PLUGINS_PLANC_SHARED_H_
 
@@ -66,6 +69,11 @@ typedef void (*planc_sample_now_fn)(void);
 // it), else 0.  Lock-free when nothing is given back; else a short mutex.
 typedef int (*planc_reclaiming_for_fn)(uint32_t job_id);
 #define PLANC_RECLAIMING_FOR_SYMBOL "planc_reclaiming_for_v1"
+// The runs counting as P3 (P3 jobs, and P3 jobs on a free attempt) that
+// were running at slurmctld/planc's last sample (every 5 s), or -1 before
+// its first sample.  Lock-free.
+typedef int64_t (*planc_p3_running_fn)(void);
+#define PLANC_P3_RUNNING_SYMBOL "planc_p3_running_v1"
 // The market's part of a run's end (job write lock held, in the
 // completion path, after jobcomp/planc billed the run): a requeued P2 job
 // bids again, held at once.  Non-blocking.
@@ -133,6 +141,9 @@ inline planc_sample_now_fn find_sample_now() {
 }
 inline planc_reclaiming_for_fn find_reclaiming_for() {
   return find_ctld_call<planc_reclaiming_for_fn>(PLANC_RECLAIMING_FOR_SYMBOL);
+}
+inline planc_p3_running_fn find_p3_running() {
+  return find_ctld_call<planc_p3_running_fn>(PLANC_P3_RUNNING_SYMBOL);
 }
 inline planc_market_run_end_fn find_market_run_end() {
   return find_ctld_call<planc_market_run_end_fn>(PLANC_MARKET_RUN_END_SYMBOL);

@@ -42,6 +42,31 @@ constexpr const char* kStateFile = "planc_preempt_state";
 
 Plugin* g = nullptr;
 
+// The P3 preemption budget (common/preempt_budget.h) for a P3-counted
+// candidate of `preemptor`.  Slurm asks preemptable() about one
+// preemptor's candidates in a row: the budget is worked out when the
+// preemptor changes (or the second does), and a P2 preemptor is offered at
+// most that many P3 victims.  A guaranteed preemptor is never refused (the
+// SLA's start); the rank puts its P3 candidates after P2 ones while the
+// budget is spent.  Under slurmctld's job lock.
+bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
+  if (preemptor != g->budget_preemptor || now != g->budget_at) {
+    std::optional<uint32_t> left;
+    {
+      planc::MutexLock l(g->mu);
+      left = planc::preempt::budget_remaining(*g, now);
+    }
+    g->budget_preemptor = preemptor;
+    g->budget_at = now;
+    g->budget_left = left ? *left : UINT32_MAX;
+    g->budget_spent.store(left && *left == 0, std::memory_order_relaxed);
+  }
+  if (!preemptor_spot) return true;
+  if (!g->budget_left) return false;
+  if (g->budget_left != UINT32_MAX) g->budget_left--;
+  return true;
+}
+
 }  // namespace
 
 PLANC_EXPORT int init(void) {
@@ -114,9 +139,15 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
       }
     g->last_preemptor = preemptor->job_id;
     g->last_preemptor_tier = er->id;
-    if (!g->in_ledger.maybe_contains(preemptee->job_id)) return true;
-    planc::MutexLock l(g->mu);
-    return !g->tracker.capped(preemptee->job_id, time(nullptr));
+    const time_t now = time(nullptr);
+    if (g->in_ledger.maybe_contains(preemptee->job_id)) {
+      planc::MutexLock l(g->mu);
+      if (g->tracker.capped(preemptee->job_id, now)) return false;
+    }
+    if (pol.config->p3_preempt_max_percent &&
+        planc::slurm::counted_tier_of(preemptee, ee->id) == TierId::kP3)
+      return within_p3_budget(preemptor->job_id, er->preemptible, now);
+    return true;
   } catch (...) {
     return false;  // when in doubt, preempt nothing
   }
@@ -153,7 +184,14 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         }
         const Tier* t = planc::slurm::job_tier(policy(*g).tiers, job_ptr);
         time_t now = time(nullptr);
-        planc::VictimFacts v{t ? t->victim_class : uint8_t{3}, 0, 0};
+        const Policy& pol = policy(*g);
+        uint8_t victim_class = t ? t->victim_class : uint8_t{3};
+        if (t && pol.config->p3_preempt_max_percent &&
+            g->budget_spent.load(std::memory_order_relaxed))
+          victim_class = planc::victim_class_now(
+              victim_class, planc::slurm::counted_tier_of(job_ptr, t->id) == TierId::kP3, true,
+              pol.config->tiers.tier(TierId::kP2).victim_class);
+        planc::VictimFacts v{victim_class, 0, 0};
         v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
         if (g->in_ledger.maybe_contains(job_ptr->job_id)) {
           planc::MutexLock l(g->mu);

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/preempt_budget.h"
 #include "common/preemption_tracker.h"
 #include "plugins/config_watch.h"
 #include "plugins/mutex.h"
@@ -40,7 +41,8 @@ struct Plugin {
   Plugin(std::shared_ptr<const planc::PlancConfig> c, std::string path, planc::PreemptionTracker t)
       : watch(planc::slurm::planc_conf_file(), c),
         state_path(std::move(path)),
-        tracker(std::move(t)) {
+        tracker(std::move(t)),
+        budget(c->p3_preempt_max_percent, c->p3_preempt_window_seconds) {
     policies.push_back(std::make_unique<Policy>(std::move(c)));
     policy.store(policies.back().get());
   }
@@ -57,6 +59,9 @@ struct Plugin {
 
   planc::Mutex mu;
   planc::PreemptionTracker tracker GUARDED_BY(mu);
+  // The P3 preemption budget (common/preempt_budget.h).  Not saved: after a
+  // restart it counts from there.
+  planc::PreemptBudget budget GUARDED_BY(mu);
   // Preemptions started since slurmctld started, by the victim's tier.
   std::array<uint64_t, planc::kTierCount> preemptions_started GUARDED_BY(mu){};
   // SIGKILL orders of graceless victims, captured when they are preempted
@@ -87,6 +92,16 @@ struct Plugin {
   // read by preemptable().
   std::atomic<planc_reclaiming_for_fn> reclaiming_for{nullptr};
   std::atomic<planc_market_notice_fn> market_notice{nullptr};
+  std::atomic<planc_p3_running_fn> p3_running{nullptr};
+  // The budget as the hot paths read it (only under slurmctld's job lock):
+  // the preemptor it was last worked out for, the P3 victims that
+  // preemptor may still be offered, and whether it is spent (victim rank).
+  // Worked out again for each new preemptor, each second and each
+  // preemption it counts.
+  uint32_t budget_preemptor = 0;
+  time_t budget_at = 0;
+  uint32_t budget_left = 0;
+  std::atomic<bool> budget_spent{false};
   planc::TierId last_preemptor_tier = planc::TierId::kP0;
 };
 
@@ -100,6 +115,9 @@ bool write_state(const Plugin& p, const std::string& text);
 
 // The worker thread's body, until p.stop.
 void run_worker(Plugin* p);
+
+// The P3 budget's remaining count at `now` (nullopt: no limit).
+std::optional<uint32_t> budget_remaining(Plugin& p, time_t now) REQUIRES(p.mu);
 
 // Slurm's GRACE_TIME question: a preemption of `job` starts.  Returns the
 // grace in seconds.  Slurm's job write lock held.

@@ -85,6 +85,7 @@ void reload(Plugin& p) {
   p.policy.store(p.policies.back().get(), std::memory_order_release);
   planc::MutexLock l(p.mu);
   p.tracker.set_limits(cfg->preempt_max_count, cfg->preempt_window_seconds);
+  p.budget.set_limits(cfg->p3_preempt_max_percent, cfg->p3_preempt_window_seconds);
 }
 
 void send_kills(Plugin& p, const std::vector<TrackerAction>& kills) {
@@ -137,6 +138,10 @@ void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
       case K::kCallOff: {
         planc::PreemptionOutcome o{planc::PreemptionEnd::kCalledOff, now, a.reason};
         ok = planc::slurm::call_off(a.job_id, planc::preemption_note(cfg, a.event, o));
+        if (ok) {
+          planc::MutexLock l(p.mu);
+          p.budget.unrecord(a.job_id, a.event.when);
+        }
         if (ok)
           info(
               "%s: JobId=%u: preemption by JobId=%u called off (%s); it keeps running and the "
@@ -227,6 +232,7 @@ std::vector<uint32_t> fall_back(Plugin& p, const std::vector<std::pair<uint32_t,
 void find_ctld_calls(Plugin& p) {
   if (!p.reclaiming_for.load()) p.reclaiming_for = planc::find_reclaiming_for();
   if (!p.market_notice.load()) p.market_notice = planc::find_market_notice();
+  if (!p.p3_running.load()) p.p3_running = planc::find_p3_running();
 }
 
 // Forgets the counts of jobs that have ended.
@@ -235,6 +241,7 @@ void forget_ended_jobs(Plugin& p) {
   {
     planc::MutexLock l(p.mu);
     p.tracker.prune(time(nullptr));
+    p.budget.prune(time(nullptr));
     ids = p.tracker.ledger().job_ids();
     p.in_ledger.rebuild(ids);
   }
@@ -255,6 +262,8 @@ void write_metrics(Plugin& p) {
   std::vector<uint32_t> ids;
   std::vector<uint32_t> counts;
   std::array<uint64_t, planc::kTierCount> started;
+  uint32_t budget_used = 0;
+  std::optional<uint32_t> budget_left;
   const time_t now = time(nullptr);
   {
     planc::MutexLock l(p.mu);
@@ -262,6 +271,8 @@ void write_metrics(Plugin& p) {
     ids = ledger.job_ids();
     for (uint32_t id : ids) counts.push_back(ledger.count_in_window(id, now));
     started = p.preemptions_started;
+    budget_used = p.budget.used(now);
+    budget_left = budget_remaining(p, now);
   }
   std::map<uint32_t, planc::TierId> tiers;
   if (!ids.empty()) {  // no lock for an empty ledger, the usual case
@@ -278,6 +289,10 @@ void write_metrics(Plugin& p) {
   s.source = "preempt";
   s.written = now;
   planc::add_preemption_samples(started, per_job, ids.size(), &s);
+  s.samples.push_back({"planc_p3_preempt_budget_used", {}, static_cast<double>(budget_used)});
+  if (budget_left)
+    s.samples.push_back(
+        {"planc_p3_preempt_budget_remaining", {}, static_cast<double>(*budget_left)});
   if (auto err = planc::write_file_atomically(p.metrics_path, planc::serialize_snapshot(s),
                                               planc::Durability::kNoSync))
     error("%s: metrics snapshot: %s", plugin_type, err->c_str());
@@ -389,6 +404,16 @@ void run_worker(Plugin* pp) {
 
 // --- Slurm's questions -------------------------------------------------------------
 
+std::optional<uint32_t> budget_remaining(Plugin& p, time_t now) {
+  if (!p.budget.enabled()) return std::nullopt;
+  std::optional<uint32_t> running;
+  if (auto f = p.p3_running.load(std::memory_order_relaxed)) {
+    const int64_t n = f();
+    if (n >= 0) running = static_cast<uint32_t>(n);
+  }
+  return p.budget.remaining(now, running);
+}
+
 uint32_t start_preemption(Plugin& p, job_record_t* job) {
   const Policy& pol = policy(p);
   const planc::PlancConfig& cfg = *pol.config;
@@ -428,12 +453,18 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
   // A --spot-fallback job to be requeued: the worker moves it to its
   // guaranteed tier once it is pending again (rare: woken at once).
   const bool fallback = e.requeue && planc::slurm::fallback_pending(job);
+  const bool counts_p3 = planc::slurm::counted_tier_of(job, victim->id) == TierId::kP3;
   bool wake;
   {
     planc::MutexLock l(p.mu);
     if (fallback) p.tracker.expect_fallback(job->job_id, job->restart_cnt);
     e = p.tracker.start(e, now_ms());
     p.preemptions_started[planc::tier_index(victim->id)]++;
+    if (counts_p3) {
+      p.budget.record(job->job_id, e.when);
+      auto left = budget_remaining(p, e.when);
+      p.budget_spent.store(left && *left == 0, std::memory_order_relaxed);
+    }
     p.in_ledger.add(job->job_id);
     if (kill) p.kill_orders[job->job_id] = std::move(*kill);
     wake = e.grace_seconds || p.worker_idle || fallback;

@@ -35,6 +35,9 @@ std::optional<InfusedMark> infused_mark_of(const job_record_t* job) {
 }
 
 bool on_free_attempt(const job_record_t* job) { return job && internal::marked(job); }
+TierId counted_tier_of(const job_record_t* job, TierId tier) {
+  return job ? internal::counted_tier(job, tier) : tier;
+}
 
 namespace {
 // One update as SlurmUser through slurmctld's own path; NO_VAL priority:

@@ -88,6 +88,10 @@ std::optional<InfusedMark> infused_mark_of(const job_record_t* job);
 // Whether the job is on a free attempt (carries the free-attempt mark).
 // REQUIRES the job read lock.
 bool on_free_attempt(const job_record_t* job);
+// The tier a job of tier `tier` counts in for the spot cap and the P3
+// preemption budget: a free attempt in the tier it came from.  REQUIRES
+// the job read lock.
+TierId counted_tier_of(const job_record_t* job, TierId tier);
 
 // Sets a job's QoS and AdminComment through slurmctld's own update path
 // (update_job(), as `scontrol update` as SlurmUser would: job_submit's

@@ -284,6 +284,12 @@ PLANC_EXPORT int planc_reclaiming_for_v1(uint32_t job_id) {
   return planc::ctld::reclaiming_for(*cp, job_id, time(nullptr)) ? 1 : 0;
 }
 
+PLANC_EXPORT int64_t planc_p3_running_v1(void) {
+  Controller* cp = planc::ctld::controller();
+  if (!cp || !cp->running.load()) return -1;
+  return cp->p3_running.load(std::memory_order_relaxed);
+}
+
 PLANC_EXPORT void planc_market_run_end_v1(void* record) {
   Controller* cp = planc::ctld::controller();
   if (!cp || !record) return;

@@ -337,3 +337,40 @@ def test_whole_node_p0_ends_both_graces_on_time(c):
     assert set(graces) == set(began), (began, ended)
     assert all(30 <= g < 31 for g in graces.values()), graces
     assert submit_to_start(c, p0) <= 40
+
+
+def p3_running_sampled(c):
+    """slurmctld/planc's count of the runs counting as P3 at its last
+    sample, as `scontrol show config` shows it (None before the first)."""
+    out = c.run("scontrol", "show", "config", check=True).stdout
+    m = re.search(r"^P3PreemptRunning\s+= (\d+)", out, re.M)
+    return int(m.group(1)) if m else None
+
+
+def test_spent_p3_budget_keeps_p2_off_p3_and_sends_p0_to_a_p2_victim(c):
+    """P3PreemptMaxPercent=10 with three P3 runs running allows no P3
+    preemption (10% of 3 rounds down to none).  A P2 job that would take a
+    P3 node (test_p2_preempts_p3_but_not_p2_or_guaranteed) waits instead,
+    through scheduling passes; a P0 job is not refused, and takes the P2
+    job (its 30 s grace, its 40 s start) rather than a P3 one, which it
+    would otherwise take first (test_p3_victim_goes_first_without_grace)."""
+    c.reload_planc_conf(["P3PreemptMaxPercent=10"])
+    try:
+        p2a, p3a, p3b, p3c = fill(c, ["p2", "p3", "p3", "p3"])
+        c.wait_for("slurmctld/planc to count the three P3 runs",
+                   lambda: p3_running_sampled(c) == 3, timeout=30)
+        p2new = submit(c, "pcbob", "acct-spot", "p2", 8)
+        c.scheduler_looked()
+        assert c.state(p2new) == "PENDING"
+        assert [c.state(j) for j in (p2a, p3a, p3b, p3c)] == ["RUNNING"] * 4
+        p0 = submit(c, "pcalice", "acct-lease", "p0", 8)
+        c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=90)
+        print(f"\nspent P3 budget: P0 started {submit_to_start(c, p0):.0f} s after its "
+              f"submission; P2 victim SIGTERM: {first(c, p2a, 'SIGTERM') is not None}")
+        assert submit_to_start(c, p0) <= 40, c.show_job(p0)
+        assert first(c, p2a, "SIGTERM") is not None, "the P2 job was not the victim"
+        assert [c.state(j) for j in (p3a, p3b, p3c)] == ["RUNNING"] * 3
+        assert all(first(c, j, "SIGTERM") is None for j in (p3a, p3b, p3c))
+        assert c.state(p2new) == "PENDING"
+    finally:
+        c.reload_planc_conf([])

@@ -219,10 +219,12 @@ def test_compress_and_clocks():
                                                       (20.0, 500.0)]
     assert [j.gpus for j in fast] == [j.gpus for j in jobs]
     assert W.clocks(1) == {"StarvationThreshold": 1800, "StarvationInterval": 60,
-                           "PreemptWindow": 86400, "SpotCapDayLength": 86400,
+                           "PreemptWindow": 86400, "P3PreemptWindow": 3600,
+                           "SpotCapDayLength": 86400,
                            "P2GraceTime": 30, "SlaStartSeconds": 40}
     c = W.clocks(60)
     assert c["StarvationThreshold"] == 30 and c["PreemptWindow"] == 1440
+    assert c["P3PreemptWindow"] == 60
     assert c["SpotCapDayLength"] == 1440 and c["StarvationInterval"] == 1
     assert c["P2GraceTime"] == 2          # the floor: 30/60 would be 0.5 s
     assert W.clocks(10)["P2GraceTime"] == 3

@@ -698,6 +698,7 @@ def clocks(k: float) -> Dict[str, int]:
         "StarvationThreshold": max(1, whole(1800 / k)),
         "StarvationInterval": max(1, whole(60 / k)),
         "PreemptWindow": max(1, whole(86400 / k)),
+        "P3PreemptWindow": max(1, whole(3600 / k)),
         "SpotCapDayLength": max(10, whole(86400 / k)),
         "P2GraceTime": max(2, whole(30 / k)),
         "SlaStartSeconds": 40,
