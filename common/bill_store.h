@@ -105,6 +105,7 @@ class BillStore {
   std::string as_user_;
   pg_conn* conn_ = nullptr;
   bool staged_ = false;        // temp staging tables exist on this connection
+  int64_t months_day_ = -1;    // the UTC day (Unix days) the month partitions were made
   std::string last_sqlstate_;  // of the last COPY
 };
 

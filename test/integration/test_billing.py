@@ -776,7 +776,12 @@ def test_short_runs_are_billed_exactly_and_rounded_once_per_invoice_line(c):
     print(f"{len(rows)} bills: exact {micros} micro-CNY; rounded per bill {per_bill_cents} fen")
     assert all(int(r[0]) > 0 and r[2] == "" for r in rows if int(r[3]) > 0)
     assert all(r[2] != "" for r in rows if int(r[0]) == 0), "a zero bill says why"
-    assert per_bill_cents < (micros + 5000) // 10000, "rounding per bill would lose money"
+    assert per_bill_cents == sum((int(r[0]) + 5000) // 10000 for r in rows), \
+        "amount_minor is each bill alone rounded half up"
+    # On a loaded machine a 1 s run can take 2-3 s and its bill reach half a
+    # fen: the loss shows only when every bill is under it.
+    if all(int(r[0]) < 5000 for r in rows):
+        assert per_bill_cents < (micros + 5000) // 10000, "rounding per bill would lose money"
     # No bill anywhere is 0 without a reason.
     assert psql(c, "SELECT count(*) FROM planc.bill WHERE amount_micros = 0 AND zero_reason = ''") \
         == [["0"]]
@@ -847,6 +852,139 @@ def test_migration_0002_backfills_bills_stored_before_it(c):
         assert bad.returncode != 0 and "bill_zero_has_reason" in bad.stderr
     finally:
         run("-d", "postgres", "-c", f"DROP DATABASE IF EXISTS {db}")
+
+
+def test_migration_0009_moves_every_row_into_its_month_and_keeps_the_rules(c):
+    """Bills, rounds and bids stored under schema 0008 move into month
+    partitions (UTC months, by start_time and round_at) with nothing lost;
+    afterwards a stored bill is still dropped when written again, a bill of
+    a month without a partition is stored in the default one and moved into
+    its month when the month is made, a reader still sees only their own
+    bills, and a month detached for archiving leaves the hourly totals."""
+    db = "planc_migration9_test"
+    sql = os.path.join(ROOT, "sql")
+
+    def run(*args, user="postgres", ok=True):
+        # A Slurm user connects as themselves (peer authentication).
+        who = [] if user == "postgres" else ["runuser", "-u", user, "--"]
+        p = subprocess.run(who + ["psql", "-X", "-q", "-t", "-A", "-F", "|", "-v",
+                                  "ON_ERROR_STOP=1", "-U", user, *args],
+                           capture_output=True, text=True, env=c.env, timeout=120, cwd="/tmp")
+        assert (p.returncode == 0) == ok, p.stderr
+        return p.stdout if ok else p.stderr
+
+    run("-d", "postgres", "-c", f"DROP DATABASE IF EXISTS {db}")
+    run("-d", "postgres", "-c", f"CREATE DATABASE {db}")
+    try:
+        for f in sorted(os.listdir(sql)):
+            if re.match(r"000[1-8]_.*\.sql$", f):
+                run("-d", db, "-1", "-f", os.path.join(sql, f))
+        # 3,000 bills over three months (2025-01, 2025-12, 2026-11), two
+        # rounds with three bids in two more, and their hourly totals.
+        run("-d", db, "-c", """
+          INSERT INTO planc.bill (cluster, job_id, start_time, end_time, segment, uid, user_name,
+            account, tier, qos, partition, nodes, node_count, state, wait_status, exit_status,
+            exit_signal, exit_code, job_name, tres_req, tres_alloc, cpus, mem_mib, gpu_cards,
+            gpu_detail, billable_seconds, card_seconds, core_seconds, mem_gib_seconds, currency,
+            card_hour_price, core_hour_price, mem_gib_hour_price, tier_factor, amount_minor,
+            amount_micros, zero_reason, note, admin_comment, source)
+          SELECT 'planc', i, t, t + interval '10 min', 0, 1000,
+            CASE WHEN i % 100 = 0 THEN 'pcbob' ELSE 'pc' || (i % 3) END, 'a', 'P3',
+            'p3-spot', 'gpu', 'n1', 1, 'COMPLETED', 0, 0, 0, '0:0', 'j', '', '', 1, 100, 1, '',
+            600, 600, 600, 1, 'CNY', 20, 0.1, 0.01, 0.4, 1, 10000, '', '', '', 'jobcomp'
+          FROM (SELECT i, timestamptz '2025-01-15 00:00Z' + (i % 3) * interval '330 days'
+                          + i * interval '1 s' AS t FROM generate_series(1, 3000) i) s;
+          INSERT INTO planc.usage_hourly (hour, cluster, account, user_name, tier, card_seconds,
+            core_seconds, mem_gib_seconds, amount_micros, segments)
+          SELECT date_trunc('hour', start_time), cluster, account, user_name, tier,
+            sum(card_seconds), sum(core_seconds), sum(mem_gib_seconds), sum(amount_micros), count(*)
+          FROM planc.bill GROUP BY 1, 2, 3, 4, 5;
+          INSERT INTO planc.market_round (cluster, round_at, gpu_type, capacity_gpus,
+            allocated_gpus, vacancy_permille, floor_micros, list_micros, clearing_micros, bids,
+            winners)
+          VALUES ('planc', '2026-11-30 23:45Z', 'default', 8, 2, 500, 1, 2, 1, 2, 1),
+                 ('planc', '2026-10-01 00:00Z', 'default', 8, 0, 500, 1, 2, NULL, 1, 0);
+          INSERT INTO planc.market_bid (cluster, round_at, gpu_type, job_id, user_name, account,
+            bid_micros, gpus, submitted, outcome, pays_micros)
+          VALUES ('planc', '2026-11-30 23:45Z', 'default', 5, 'pc1', 'a', 2, 1, now(), 'won', 1),
+                 ('planc', '2026-11-30 23:45Z', 'default', 6, 'pc2', 'a', 1, 1, now(), 'outbid', 0),
+                 ('planc', '2026-10-01 00:00Z', 'default', 7, 'pc1', 'a', 1, 1, now(),
+                  'below floor', 0);""")
+        totals = "SELECT sum(amount_micros), sum(segments), count(*) FROM planc.usage_hourly"
+        before = run("-d", db, "-c", totals)
+        run("-d", db, "-1", "-f", os.path.join(sql, "0009_partition_by_month.sql"))
+        where = run("-d", db, "-c", """
+          SELECT tableoid::regclass, count(*) FROM planc.bill GROUP BY 1
+          UNION ALL SELECT tableoid::regclass, count(*) FROM planc.market_round GROUP BY 1
+          UNION ALL SELECT tableoid::regclass, count(*) FROM planc.market_bid GROUP BY 1""").split()
+        where.sort()
+        assert where == ["planc.bill_2025_01|1000", "planc.bill_2025_12|1000",
+                         "planc.bill_2026_11|1000", "planc.market_bid_2026_10|1",
+                         "planc.market_bid_2026_11|2", "planc.market_round_2026_10|1",
+                         "planc.market_round_2026_11|1"], where
+        assert run("-d", db, "-c", totals) == before
+        assert run("-d", db, "-c", "SELECT relkind FROM pg_class WHERE oid = 'planc.bill'::regclass"
+                   ).strip() == "p"
+        # Exactly once: the same key again is dropped.
+        assert run("-d", db, "-c", """
+          INSERT INTO planc.bill SELECT * FROM planc.bill WHERE job_id = 1
+          ON CONFLICT (cluster, job_id, start_time) DO NOTHING RETURNING job_id""").strip() == ""
+        # A month with no partition yet: stored in the default, moved when made.
+        run("-d", db, "-c", """
+          CREATE TEMP TABLE x AS SELECT * FROM planc.bill WHERE job_id = 3;
+          UPDATE x SET start_time = '2031-05-02Z', end_time = '2031-05-02 01:00Z';
+          INSERT INTO planc.bill SELECT * FROM x;""")
+        assert run("-d", db, "-c", "SELECT count(*) FROM planc.bill_default").strip() == "1"
+        assert run("-d", db, "-c", "SELECT planc.ensure_month('2031-05-20Z')").strip() == "3"
+        assert run("-d", db, "-c", "SELECT tableoid::regclass FROM planc.bill"
+                   " WHERE start_time = '2031-05-02Z'").strip() == "planc.bill_2031_05"
+        assert run("-d", db, "-c", "SELECT count(*) FROM planc.bill_default").strip() == "0"
+        # The writer may make the months (jobcomp/planc calls it), a reader may not.
+        privs = run("-d", db, "-c", """
+          SELECT has_function_privilege('planc_writer', 'planc.ensure_months(integer)', 'EXECUTE'),
+                 has_function_privilege('planc_reader', 'planc.ensure_months(integer)', 'EXECUTE'),
+                 has_table_privilege('planc_writer', 'planc.bill', 'INSERT'),
+                 has_table_privilege('planc_reader', 'planc.bill_2025_01', 'SELECT'),
+                 has_column_privilege('planc_writer', 'planc.bill', 'measured_at', 'UPDATE'),
+                 has_column_privilege('planc_writer', 'planc.bill', 'amount_micros', 'UPDATE')""")
+        assert privs.strip() == "t|f|t|f|t|f", privs
+        # Row-level security through the parent: pcbob (a login role of the
+        # test cluster, in planc_reader) sees his 30 bills of the 3,001; a
+        # month's partition itself is closed to him.
+        run("-d", db, "-c", "GRANT CONNECT ON DATABASE " + db + " TO planc_reader")
+        assert run("-d", db, "-c", "SELECT count(*), min(user_name), max(user_name) FROM planc.bill",
+                   user="pcbob").strip() == "30|pcbob|pcbob"
+        assert "permission denied" in run("-d", db, "-c", "SELECT count(*) FROM planc.bill_2025_01",
+                                          user="pcbob", ok=False)
+        # Retention: detach a month, archive it, drop it; the hourly totals stay.
+        run("-d", db, "-c", "ALTER TABLE planc.bill DETACH PARTITION planc.bill_2025_01")
+        dump = subprocess.run(["pg_dump", "-U", "postgres", "-d", db, "-t", "planc.bill_2025_01"],
+                              capture_output=True, text=True, env=c.env, timeout=120)
+        assert dump.returncode == 0, dump.stderr
+        run("-d", db, "-c", "DROP TABLE planc.bill_2025_01")
+        copied = dump.stdout.split("COPY planc.bill_2025_01 ", 1)[1].split("\n\\.\n", 1)[0]
+        assert len(copied.splitlines()) - 1 == 1000  # the COPY line, then a row per bill
+        assert run("-d", db, "-c", "SELECT count(*) FROM planc.bill").strip() == "2001"
+        assert run("-d", db, "-c", totals) == before
+    finally:
+        run("-d", "postgres", "-c", f"DROP DATABASE IF EXISTS {db}")
+
+
+def test_the_bill_writer_makes_a_missing_month_when_it_connects(c):
+    """jobcomp/planc's bill writer makes the month partitions ahead when it
+    connects (and once a day): with next month's partition gone and the
+    writer's connection cut, the next bill is stored (the writer connects
+    again) and the month is there again."""
+    nxt = psql(c, "SELECT to_char(date_trunc('month', now() AT TIME ZONE 'UTC')"
+                  " + interval '1 month', 'YYYY_MM')")[0][0]
+    psql(c, f"DROP TABLE IF EXISTS planc.bill_{nxt}")
+    assert psql(c, f"SELECT to_regclass('planc.bill_{nxt}') IS NULL") == [["t"]]
+    psql(c, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = 'planc' AND usename <> 'postgres' AND pid <> pg_backend_pid()")
+    job, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "true", user="pcbob")
+    assert job, p.stderr
+    wait_bills(c, job, 1, timeout=120)
+    assert psql(c, f"SELECT to_regclass('planc.bill_{nxt}') IS NOT NULL") == [["t"]]
 
 
 def test_bill_column_table_is_what_the_migrations_create(c):

@@ -372,5 +372,12 @@ def test_spent_p3_budget_keeps_p2_off_p3_and_sends_p0_to_a_p2_victim(c):
         assert [c.state(j) for j in (p3a, p3b, p3c)] == ["RUNNING"] * 3
         assert all(first(c, j, "SIGTERM") is None for j in (p3a, p3b, p3c))
         assert c.state(p2new) == "PENDING"
+        # What Prometheus reads: nothing spent (the P2 victim does not
+        # count), nothing left.
+        from test_exporter import fresh_metrics
+        c.state_dir = os.path.join(c.dir, "state", "ctld")
+        m = fresh_metrics(c, "preempt")
+        assert m[("planc_p3_preempt_budget_used", "")] == 0, m
+        assert m[("planc_p3_preempt_budget_remaining", "")] == 0, m
     finally:
         c.reload_planc_conf([])
