@@ -38,9 +38,10 @@ namespace {
 const char* kUsage =
     "usage: planc-bill [--db CONNINFO] [COMMAND] [options]\n"
     "\n"
-    "  list      [-S START] [-E END] [-u USER] [-A ACCOUNT] [-j JOBID] [-o FIELDS]\n"
+    "  list      [-S START] [-E END] [-u USER] [-A ACCOUNT] [-j JOBID] [-a] [-o FIELDS]\n"
     "            one line per bill (run segment); the command when none is named\n"
-    "            (planc-bill -P -n -o JobID,Tier,Amount); -e lists the fields\n"
+    "            (planc-bill -P -n -o JobID,Tier,Amount); -e lists the fields; your\n"
+    "            own bills unless -u, -A, -j or -a (--allusers: all you may read)\n"
     "  report    [-S START] [-E END] [-u USER] [-A ACCOUNT] [--by KEYS]\n"
     "            totals from the hourly table; KEYS: any of account,user,tier,day,hour\n"
     "            (comma-separated; default account,user,tier)\n"
@@ -387,6 +388,7 @@ struct Options {
   std::string metrics;   // sync-roles --metrics: planc-exporter's role
   bool dry_run = false;  // sync-roles --dry-run: say what would change
   bool efficiency = false;
+  bool all_users = false;  // -a: list every bill this role may read
   int64_t settle = 300;
 };
 
@@ -399,6 +401,7 @@ Options parse_options(int argc, char** argv) {
                                     {"starttime", required_argument, nullptr, 'S'},
                                     {"endtime", required_argument, nullptr, 'E'},
                                     {"user", required_argument, nullptr, 'u'},
+                                    {"allusers", no_argument, nullptr, 'a'},
                                     {"account", required_argument, nullptr, 'A'},
                                     {"jobs", required_argument, nullptr, 'j'},
                                     {"format", required_argument, nullptr, 'o'},
@@ -424,7 +427,7 @@ Options parse_options(int argc, char** argv) {
                                     {nullptr, 0, nullptr, 0}};
   int c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":d:S:E:u:A:j:o:b:npPehV", longopts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, ":d:S:E:u:aA:j:o:b:npPehV", longopts, nullptr)) != -1) {
     switch (c) {
       case 'd':
         o.db = optarg;
@@ -437,6 +440,9 @@ Options parse_options(int argc, char** argv) {
         break;
       case 'u':
         for (auto& s : split(optarg, ',')) o.users.push_back(s);
+        break;
+      case 'a':
+        o.all_users = true;
         break;
       case 'A':
         for (auto& s : split(optarg, ',')) o.accounts.push_back(s);
@@ -564,6 +570,12 @@ int cmd_help_format() {
 int cmd_list(planc::BillStore& store, const Options& o) {
   planc::BillFilter f;
   f.users = o.users;
+  // As sacct: a user who names no user, account or job sees their own bills
+  // (a coordinator's accounts' with -A or -a); root sees every bill.  Also
+  // what keeps the query on the user's index: without it PostgreSQL reads
+  // the window's every bill to ask row-level security about each.
+  if (f.users.empty() && o.accounts.empty() && o.jobs.empty() && !o.all_users && getuid() != 0)
+    if (const passwd* pw = getpwuid(getuid())) f.users.push_back(pw->pw_name);
   f.accounts = o.accounts;
   f.whole_jobs = true;
   for (const JobSpec& j : o.jobs) {
