@@ -244,7 +244,7 @@ def test_market_mode_is_a_third_config_and_p2_revenue_is_its_bills(tmp_path):
     assert k["config"] == "planc-market"
     assert k["revenue_P2"] == pytest.approx(k["revenue_by_tier"]["P2"])
     bad = write_run(str(tmp_path / "x"), meta=dict(META, config="other"))
-    assert ("run.json: config 'other' is not one of stock, planc, planc-market, planc-infusion"
+    assert ("run.json: config 'other' is not one of stock, planc, planc-nobudget, planc-market, planc-infusion"
             in R.check_consistency(bad))
     assert R.config_order(["planc-market", "planc", "stock"]) == ["stock", "planc",
                                                                   "planc-market"]

@@ -125,7 +125,7 @@ from tools.replay import kpi
 from tools.replay.kpi import max_in_window, rate_by_hour  # noqa: F401 (R.max_in_window)
 
 TIERS = ("P0", "P1", "P2", "P3")
-CONFIG_ORDER = ("stock", "planc", "planc-market", "planc-infusion")
+CONFIG_ORDER = ("stock", "planc", "planc-nobudget", "planc-market", "planc-infusion")
 JOB_COLUMNS = ("name", "job_id", "tier", "gpus", "submit", "eligible", "first_start", "end",
                "final_state", "restarts")
 SEGMENT_COLUMNS = ("job_id", "segment", "tier", "start", "end", "state", "gpu_cards",
