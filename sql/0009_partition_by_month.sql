@@ -52,6 +52,12 @@ CREATE INDEX bill_end_idx ON planc.bill (end_time);
 CREATE INDEX bill_user_idx ON planc.bill (user_name, end_time);
 CREATE INDEX bill_account_idx ON planc.bill (account, end_time);
 CREATE INDEX bill_unmeasured_idx ON planc.bill (end_time) WHERE measured_at IS NULL;
+-- A job's bills (sacct -c -j, planc-bill list -j): the key leads with the
+-- cluster, which neither names, so without these every bill was read
+-- (bench-bills: sacct -c -j 0.2 s at a million bills, 0.5 s at three).
+CREATE INDEX bill_job_idx ON planc.bill (job_id);
+CREATE INDEX bill_array_job_idx ON planc.bill (array_job_id) WHERE array_job_id IS NOT NULL;
+CREATE INDEX bill_het_job_idx ON planc.bill (het_job_id) WHERE het_job_id IS NOT NULL;
 CREATE TABLE planc.bill_default PARTITION OF planc.bill DEFAULT;
 
 -- --- the market's rounds and bids -------------------------------------------------

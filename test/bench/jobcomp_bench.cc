@@ -16,8 +16,12 @@
 //     alternate raw, planc, planc, raw, ...
 //
 //   jobcomp_bench CONNINFO [--segments N] [--sync-segments N] [--ingest N] [--rounds R]
+//                [--ingest-only 1]
 // CONNINFO must reach a database with sql/ applied, as a role that may
 // TRUNCATE planc.bill (a private cluster's postgres).  Destroys its bills.
+// --ingest-only 1: figure 2 alone, into a table that keeps the bills it
+// holds (test/bench/bench-bills loads millions first): the runs start this
+// hour, under cluster "bench", and only those are deleted between rounds.
 #include <fcntl.h>
 #include <libpq-fe.h>
 #include <unistd.h>
@@ -100,6 +104,87 @@ void exec(PGconn* c, const char* sql) {
 
 }  // namespace
 
+namespace {
+
+// Figure 2.  `keep`: the table keeps what it holds (only the bench's own
+// cluster's rows are deleted between rounds), and the runs start now.
+int ingest(const char* conninfo, const planc::PlancConfig& cfg, std::vector<planc::Segment> segs,
+           size_t n_ingest, int rounds, bool keep) {
+  PGconn* pg = connect(conninfo);
+  exec(pg, "SET TIME ZONE 'UTC'");
+  const char* empty = keep ? "DELETE FROM planc.bill WHERE cluster = 'bench';"
+                             " DELETE FROM planc.usage_hourly WHERE cluster = 'bench'"
+                           : "TRUNCATE planc.bill, planc.usage_hourly";
+  if (keep) {
+    const int64_t shift = time(nullptr) / 3600 * 3600 - 1'780'000'000;
+    for (auto& seg : segs) {
+      seg.submit_time += shift;
+      seg.start_time += shift;
+      seg.end_time += shift;
+    }
+  }
+  const std::string bill_columns = planc::bill_copy_columns();
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < n_ingest; i++) lines.push_back(planc::serialize_segment(segs[i]));
+  std::string raw_rows;
+  for (size_t i = 0; i < n_ingest; i++)
+    raw_rows += planc::bill_copy_row(planc::price_segment(cfg, segs[i]), "raw");
+  std::vector<double> raw_rate, planc_rate;
+  planc::BillStore store(conninfo);
+  for (int r = 0; r < rounds; r++) {
+    for (int k = 0; k < 2; k++) {
+      bool raw = (r % 2 == 0) == (k == 0);
+      exec(pg, empty);
+      exec(pg, "CHECKPOINT");
+      auto t0 = Clock::now();
+      if (raw) {
+        PGresult* start = PQexec(pg, ("COPY planc.bill (" + bill_columns + ") FROM STDIN").c_str());
+        if (PQresultStatus(start) != PGRES_COPY_IN) die(PQerrorMessage(pg));
+        PQclear(start);
+        for (size_t off = 0; off < raw_rows.size(); off += 1 << 20) {
+          size_t len = std::min<size_t>(1 << 20, raw_rows.size() - off);
+          if (PQputCopyData(pg, raw_rows.data() + off, static_cast<int>(len)) != 1)
+            die(PQerrorMessage(pg));
+        }
+        if (PQputCopyEnd(pg, nullptr) != 1) die(PQerrorMessage(pg));
+        PGresult* res = PQgetResult(pg);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK) die(PQerrorMessage(pg));
+        PQclear(res);
+        while ((res = PQgetResult(pg))) PQclear(res);
+      } else {
+        // The worker: parse each spool line, price, write in batches of 5000.
+        std::vector<planc::Bill> batch;
+        for (size_t i = 0; i < n_ingest; i++) {
+          auto seg = planc::parse_segment(lines[i]);
+          if (!seg.ok()) die(seg.error());
+          batch.push_back(planc::price_segment(cfg, seg.value()));
+          if (batch.size() == 5000 || i + 1 == n_ingest) {
+            auto w = store.write(batch, "jobcomp");
+            if (!w.ok()) die(w.error());
+            batch.clear();
+          }
+        }
+      }
+      double secs = ns_since(t0) / 1e9;
+      (raw ? raw_rate : planc_rate).push_back(n_ingest / secs);
+      std::printf("ingest round %d %-5s: %9.0f segments/s (%zu in %.2f s)\n", r + 1,
+                  raw ? "raw" : "planc", n_ingest / secs, n_ingest, secs);
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  double rr = median(raw_rate), pr = median(planc_rate);
+  std::printf("ingest: planc %.0f/s, raw COPY %.0f/s, ratio %.2f (medians of %d; target >= 0.50)\n",
+              pr, rr, pr / rr, rounds);
+  exec(pg, empty);
+  PQfinish(pg);
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 2)
     die("usage: jobcomp_bench CONNINFO [--segments N] [--sync-segments N] [--ingest N] [--rounds "
@@ -107,6 +192,7 @@ int main(int argc, char** argv) {
   const char* conninfo = argv[1];
   size_t n_cb = 100000, n_sync = 10000, n_ingest = 100000;
   int rounds = 2;
+  bool ingest_only = false;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     size_t v = std::strtoull(argv[i + 1], nullptr, 10);
@@ -118,6 +204,8 @@ int main(int argc, char** argv) {
       n_ingest = v;
     else if (k == "--rounds")
       rounds = static_cast<int>(v);
+    else if (k == "--ingest-only")
+      ingest_only = v != 0;
     else
       die("unknown option " + k);
   }
@@ -126,6 +214,7 @@ int main(int argc, char** argv) {
   segs.reserve(std::max(n_cb, n_ingest));
   for (size_t i = 0; i < std::max(n_cb, n_ingest); i++)
     segs.push_back(sample(static_cast<uint32_t>(i)));
+  if (ingest_only) return ingest(conninfo, cfg, std::move(segs), n_ingest, rounds, true);
 
   // --- 1. callback: serialize + one locked append ---------------------------------
   // Five passes over the segments into fresh spool files; the median pass's
@@ -210,61 +299,6 @@ int main(int argc, char** argv) {
               a.p50 / s.p50, a.p99 / s.p99);
 
   // --- 2. ingest ---------------------------------------------------------------------
-  std::vector<std::string> lines;
-  for (size_t i = 0; i < n_ingest; i++) lines.push_back(planc::serialize_segment(segs[i]));
-  std::string raw_rows;
-  for (size_t i = 0; i < n_ingest; i++)
-    raw_rows += planc::bill_copy_row(planc::price_segment(cfg, segs[i]), "raw");
-  std::vector<double> raw_rate, planc_rate;
-  planc::BillStore store(conninfo);
-  for (int r = 0; r < rounds; r++) {
-    for (int k = 0; k < 2; k++) {
-      bool raw = (r % 2 == 0) == (k == 0);
-      exec(pg, "TRUNCATE planc.bill, planc.usage_hourly");
-      exec(pg, "CHECKPOINT");
-      auto t0 = Clock::now();
-      if (raw) {
-        PGresult* start = PQexec(pg, ("COPY planc.bill (" + bill_columns + ") FROM STDIN").c_str());
-        if (PQresultStatus(start) != PGRES_COPY_IN) die(PQerrorMessage(pg));
-        PQclear(start);
-        for (size_t off = 0; off < raw_rows.size(); off += 1 << 20) {
-          size_t len = std::min<size_t>(1 << 20, raw_rows.size() - off);
-          if (PQputCopyData(pg, raw_rows.data() + off, static_cast<int>(len)) != 1)
-            die(PQerrorMessage(pg));
-        }
-        if (PQputCopyEnd(pg, nullptr) != 1) die(PQerrorMessage(pg));
-        PGresult* res = PQgetResult(pg);
-        if (PQresultStatus(res) != PGRES_COMMAND_OK) die(PQerrorMessage(pg));
-        PQclear(res);
-        while ((res = PQgetResult(pg))) PQclear(res);
-      } else {
-        // The worker: parse each spool line, price, write in batches of 5000.
-        std::vector<planc::Bill> batch;
-        for (size_t i = 0; i < n_ingest; i++) {
-          auto seg = planc::parse_segment(lines[i]);
-          if (!seg.ok()) die(seg.error());
-          batch.push_back(planc::price_segment(cfg, seg.value()));
-          if (batch.size() == 5000 || i + 1 == n_ingest) {
-            auto w = store.write(batch, "jobcomp");
-            if (!w.ok()) die(w.error());
-            batch.clear();
-          }
-        }
-      }
-      double secs = ns_since(t0) / 1e9;
-      (raw ? raw_rate : planc_rate).push_back(n_ingest / secs);
-      std::printf("ingest round %d %-5s: %9.0f segments/s (%zu in %.2f s)\n", r + 1,
-                  raw ? "raw" : "planc", n_ingest / secs, n_ingest, secs);
-    }
-  }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  double rr = median(raw_rate), pr = median(planc_rate);
-  std::printf("ingest: planc %.0f/s, raw COPY %.0f/s, ratio %.2f (medians of %d; target >= 0.50)\n",
-              pr, rr, pr / rr, rounds);
-  exec(pg, "TRUNCATE planc.bill, planc.usage_hourly");
   PQfinish(pg);
-  return 0;
+  return ingest(conninfo, cfg, std::move(segs), n_ingest, rounds, false);
 }
