@@ -14,7 +14,8 @@ EXPORTS = {
     "slurmctld_planc.so": {"slurmctld_plugstack_p_get_config", "planc_spot_used_v1",
                            "planc_spot_refused_v1", "planc_market_floor_v1",
                            "planc_market_notice_v1", "planc_market_run_end_v1",
-                           "planc_sample_now_v1", "planc_reclaiming_for_v1"},
+                           "planc_sample_now_v1", "planc_reclaiming_for_v1",
+                           "planc_p3_running_v1"},
 }
 COMMON = {"plugin_name", "plugin_type", "plugin_version", "init", "fini"}
 # The SPANK plugin has no init/fini: its entry points are slurm_spank_*.
