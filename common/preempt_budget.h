@@ -29,6 +29,8 @@
 #include <optional>
 #include <utility>
 
+#include "common/preempt_policy.h"  // counts_in_window
+
 namespace planc {
 
 class PreemptBudget {
@@ -59,7 +61,7 @@ class PreemptBudget {
   size_t size() const { return started_.size(); }
 
  private:
-  bool in_window(time_t t, time_t now) const { return t > now || now - t < window_; }
+  bool in_window(time_t t, time_t now) const { return counts_in_window(t, now, window_); }
   uint32_t percent_;
   uint32_t window_;
   std::deque<std::pair<time_t, uint32_t>> started_;  // (when, job id), oldest first

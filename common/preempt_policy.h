@@ -23,6 +23,14 @@
 
 namespace planc {
 
+// Whether an event at `t` still counts at `now` in a sliding window of
+// `window` seconds: while now - t < window, and always when t is in the
+// future (the clock went backwards).  The per-job cap's rule and the P3
+// preemption budget's (common/preempt_budget.h).
+inline bool counts_in_window(time_t t, time_t now, uint32_t window) {
+  return t > now || now - t < static_cast<time_t>(window);
+}
+
 // The per-job cap.  A preemption at time t counts while now - t < window:
 // at exactly `window` seconds after it, it has left the window.  A
 // timestamp in the future (the clock went backwards) still counts, so a
@@ -69,7 +77,7 @@ class PreemptLedger {
 
  private:
   friend class PreemptionTracker;  // saves the history with its own state
-  bool in_window(time_t t, time_t now) const { return t > now || now - t < window_; }
+  bool in_window(time_t t, time_t now) const { return counts_in_window(t, now, window_); }
   uint32_t max_count_;
   uint32_t window_;
   std::map<uint32_t, std::vector<time_t>> history_;

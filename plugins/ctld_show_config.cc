@@ -35,8 +35,9 @@ void show_config(Controller& c, config_plugin_params_t* p) {
                ? std::to_string(cfg.p3_preempt_max_percent) + "% of the P3 runs running, per " +
                      secs(cfg.p3_preempt_window_seconds)
                : "0 (no budget)");
+  const int64_t p3_running = c.p3_running.load();
   add_pair(p->key_pairs, "P3PreemptRunning",
-           c.p3_running.load() < 0 ? "not sampled yet" : std::to_string(c.p3_running.load()));
+           p3_running < 0 ? "not sampled yet" : std::to_string(p3_running));
   add_pair(p->key_pairs, "StarvationThreshold", secs(cfg.starvation_threshold_seconds));
   add_pair(p->key_pairs, "StarvationInterval", secs(cfg.starvation_interval_seconds));
   add_pair(p->key_pairs, "StarvationMaxPerInterval",

@@ -54,12 +54,11 @@ bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
     std::optional<uint32_t> left;
     {
       planc::MutexLock l(g->mu);
-      left = planc::preempt::budget_remaining(*g, now);
+      left = planc::preempt::refresh_budget(*g, now);
     }
     g->budget_preemptor = preemptor;
     g->budget_at = now;
     g->budget_left = left ? *left : UINT32_MAX;
-    g->budget_spent.store(left && *left == 0, std::memory_order_relaxed);
   }
   if (!preemptor_spot) return true;
   if (!g->budget_left) return false;
@@ -182,9 +181,9 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
           *static_cast<uint32_t*>(data) = planc::kInGraceRank;
           return SLURM_SUCCESS;
         }
-        const Tier* t = planc::slurm::job_tier(policy(*g).tiers, job_ptr);
-        time_t now = time(nullptr);
         const Policy& pol = policy(*g);
+        const Tier* t = planc::slurm::job_tier(pol.tiers, job_ptr);
+        time_t now = time(nullptr);
         uint8_t victim_class = t ? t->victim_class : uint8_t{3};
         if (t && pol.config->p3_preempt_max_percent &&
             g->budget_spent.load(std::memory_order_relaxed))

@@ -139,14 +139,15 @@ void carry_out(Plugin& p, const std::vector<TrackerAction>& actions) {
         planc::PreemptionOutcome o{planc::PreemptionEnd::kCalledOff, now, a.reason};
         ok = planc::slurm::call_off(a.job_id, planc::preemption_note(cfg, a.event, o));
         if (ok) {
-          planc::MutexLock l(p.mu);
-          p.budget.unrecord(a.job_id, a.event.when);
-        }
-        if (ok)
+          {
+            planc::MutexLock l(p.mu);
+            p.budget.unrecord(a.job_id, a.event.when);
+          }
           info(
               "%s: JobId=%u: preemption by JobId=%u called off (%s); it keeps running and the "
               "preemption is not counted",
               plugin_type, a.job_id, a.preemptor, a.reason.c_str());
+        }
         break;
       }
       case K::kRequeue: {
@@ -414,6 +415,12 @@ std::optional<uint32_t> budget_remaining(Plugin& p, time_t now) {
   return p.budget.remaining(now, running);
 }
 
+std::optional<uint32_t> refresh_budget(Plugin& p, time_t now) {
+  auto left = budget_remaining(p, now);
+  p.budget_spent.store(left && *left == 0, std::memory_order_relaxed);
+  return left;
+}
+
 uint32_t start_preemption(Plugin& p, job_record_t* job) {
   const Policy& pol = policy(p);
   const planc::PlancConfig& cfg = *pol.config;
@@ -462,8 +469,7 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
     p.preemptions_started[planc::tier_index(victim->id)]++;
     if (counts_p3) {
       p.budget.record(job->job_id, e.when);
-      auto left = budget_remaining(p, e.when);
-      p.budget_spent.store(left && *left == 0, std::memory_order_relaxed);
+      refresh_budget(p, e.when);  // the victim rank sees it spent at once
     }
     p.in_ledger.add(job->job_id);
     if (kill) p.kill_orders[job->job_id] = std::move(*kill);
