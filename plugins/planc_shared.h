@@ -25,7 +25,11 @@
 //                             0: for any job);
 //   planc_p3_running_v1       the runs counting as P3 at slurmctld/planc's
 //                             last sample, read by preempt/planc's P3
-//                             preemption budget.
+//                             preemption budget;
+//   planc_preempt_control_v1  slurmctld/planc tells preempt/planc that this
+//                             slurmctld takes control (its init) or gives it
+//                             up (its fini): a backup controller's
+//                             preempt/planc waits on standby until then.
 #ifndef PLANC_PLUGINS_PLANC_SHARED_H_
 #define PLANC_PLUGINS_PLANC_SHARED_H_
 
@@ -89,6 +93,14 @@ typedef void (*planc_market_run_end_fn)(void* job_record);
 typedef int (*planc_preempt_run_end_fn)(void* job_record);
 #define PLANC_PREEMPT_RUN_END_SYMBOL "planc_preempt_run_end_v1"
 #define PLANC_PREEMPT_OBJECT "preempt_planc.so"
+// This slurmctld takes control (`in_control` 1: slurmctld/planc's init(),
+// before the scheduler starts) or gives it up (0: its fini(), after the
+// scheduler stopped).  preempt/planc reads its saved state on taking
+// control and saves it and stands by on giving it up, so a backup
+// controller's copy neither acts on nor overwrites the primary's state.
+// Blocks for the state file's read or write; no slurmctld lock held.
+typedef void (*planc_preempt_control_fn)(int in_control);
+#define PLANC_PREEMPT_CONTROL_SYMBOL "planc_preempt_control_v1"
 // The run was ended by a preemption: bill it as preempted.
 inline constexpr int kRunEndPreempted = 1;
 // A record Slurm writes again while preempt/planc requeues the job: the
@@ -150,6 +162,12 @@ inline planc_market_run_end_fn find_market_run_end() {
 }
 inline planc_spot_refused_fn find_spot_refused() {
   return find_ctld_call<planc_spot_refused_fn>(PLANC_SPOT_REFUSED_SYMBOL);
+}
+// preempt/planc's control switch, or nullptr when another preempt plugin
+// is loaded.
+inline planc_preempt_control_fn find_preempt_control() {
+  return reinterpret_cast<planc_preempt_control_fn>(
+      find_plugin_symbol(PLANC_PREEMPT_OBJECT, PLANC_PREEMPT_CONTROL_SYMBOL));
 }
 
 }  // namespace planc

@@ -73,11 +73,20 @@ PLANC_EXPORT int init(void) {
     auto config = planc::slurm::load_plugin_config(plugin_type);
     if (!config) return SLURM_ERROR;
     std::string path = planc::slurm::state_file_path(kStateFile);
-    g = new Plugin(config, path, planc::preempt::load_state(*config, path));
+    // A backup controller stands by: the state file is the primary's until
+    // this slurmctld takes control (planc_preempt_control_v1).
+    const bool backup = planc::slurm::started_as_backup();
+    g = new Plugin(
+        config, path,
+        backup ? planc::PreemptionTracker(config->preempt_max_count, config->preempt_window_seconds)
+               : planc::preempt::load_state(*config, path));
     {
       planc::MutexLock l(g->mu);
+      g->standby = backup;
       g->in_ledger.rebuild(g->tracker.ledger().job_ids());
     }
+    if (backup)
+      info("%s: a backup controller: on standby until this slurmctld takes control", plugin_type);
     g->worker = planc::start_worker("planc_preempt", planc::preempt::run_worker, g);
     verbose("%s loaded", plugin_type);
     return SLURM_SUCCESS;
@@ -100,11 +109,15 @@ PLANC_EXPORT void fini(void) {
     g->cv.notify_all();
     planc::join_worker(g->worker);
     std::string text;
+    bool standby;
     {
       planc::MutexLock l(g->mu);
-      text = g->tracker.serialize();
+      standby = g->standby;
+      if (!standby) text = g->tracker.serialize();
     }
-    planc::preempt::write_state(*g, text);
+    // On standby the file is the controller's in control, or was saved
+    // when this one gave control up.
+    if (!standby) planc::preempt::write_state(*g, text);
   } catch (const std::exception& e) {
     error("%s: fini: %s", plugin_type, e.what());
   }
@@ -222,5 +235,18 @@ PLANC_EXPORT int planc_preempt_run_end_v1(void* record) {
   } catch (const std::exception& e) {
     error("%s: run end of %pJ: %s", plugin_type, job, e.what());
     return 0;
+  }
+}
+
+// See plugins/planc_shared.h: slurmctld/planc's init() and fini().
+PLANC_EXPORT void planc_preempt_control_v1(int in_control) {
+  if (!g) return;
+  try {
+    if (in_control)
+      planc::preempt::take_control(*g);
+    else
+      planc::preempt::give_up_control(*g);
+  } catch (const std::exception& e) {
+    error("%s: %s control: %s", plugin_type, in_control ? "taking" : "giving up", e.what());
   }
 }

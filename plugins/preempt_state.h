@@ -59,6 +59,11 @@ struct Plugin {
 
   planc::Mutex mu;
   planc::PreemptionTracker tracker GUARDED_BY(mu);
+  // On standby: this slurmctld is a backup controller not in control (or
+  // one that gave control up).  The worker then does nothing with jobs
+  // and writes no file: the state and metrics files are the controller's
+  // in control (planc_preempt_control_v1, take_control, give_up_control).
+  bool standby GUARDED_BY(mu) = false;
   // The P3 preemption budget (common/preempt_budget.h).  Not saved: after a
   // restart it counts from there.
   planc::PreemptBudget budget GUARDED_BY(mu);
@@ -112,6 +117,15 @@ inline const Policy& policy(const Plugin& p) { return *p.policy.load(std::memory
 // start, or a file that cannot be used: logged, moved aside).
 planc::PreemptionTracker load_state(const planc::PlancConfig& cfg, const std::string& path);
 bool write_state(const Plugin& p, const std::string& text);
+
+// This slurmctld takes control: the saved state is read again (a backup
+// taking over, or a primary back after a backup held control, finds what
+// the last controller saved) and the worker acts on it.  No slurmctld lock
+// held; reads the state file.
+void take_control(Plugin& p);
+// This slurmctld gives control up (or stops): the state is saved and the
+// plugin stands by with nothing counted.  No slurmctld lock held.
+void give_up_control(Plugin& p);
 
 // The worker thread's body, until p.stop.
 void run_worker(Plugin* p);

@@ -71,6 +71,40 @@ PreemptionTracker load_state(const planc::PlancConfig& cfg, const std::string& p
   return std::move(loaded.value);
 }
 
+void take_control(Plugin& p) {
+  info("%s: in control: reading the preemption state the last controller saved", plugin_type);
+  PreemptionTracker t = load_state(*policy(p).config, p.state_path);
+  {
+    planc::MutexLock l(p.mu);
+    p.tracker = std::move(t);
+    p.kill_orders.clear();
+    p.in_ledger.rebuild(p.tracker.ledger().job_ids());
+    p.standby = false;
+    p.wake = true;
+  }
+  p.cv.notify_one();
+}
+
+void give_up_control(Plugin& p) {
+  std::string text;
+  size_t counted = 0, in_grace = 0;
+  {
+    planc::MutexLock l(p.mu);
+    if (p.standby) return;
+    text = p.tracker.serialize();
+    counted = p.tracker.ledger().size();
+    in_grace = p.tracker.in_grace();
+    const planc::PlancConfig& cfg = *policy(p).config;
+    p.tracker = PreemptionTracker(cfg.preempt_max_count, cfg.preempt_window_seconds);
+    p.kill_orders.clear();
+    p.in_ledger.rebuild({});
+    p.standby = true;
+  }
+  if (write_state(p, text))
+    info("%s: control given up: %zu job(s) with preemptions counted, %zu in their grace, saved",
+         plugin_type, counted, in_grace);
+}
+
 namespace {
 
 // --- the worker ------------------------------------------------------------------
@@ -321,7 +355,7 @@ void run_worker(Plugin* pp) {
     // worker nor wakes it early.  The tracker's due times are wall-clock
     // milliseconds, so they become a delay from now.
     auto wake = std::chrono::steady_clock::now() +
-                (busy || !first_snapshot_written ? kBusyTick : kIdleTick);
+                (busy || (!first_snapshot_written && !p.standby) ? kBusyTick : kIdleTick);
     if (auto due = p.tracker.next_due())
       wake = std::min(wake,
                       std::chrono::steady_clock::now() +
@@ -341,8 +375,9 @@ void run_worker(Plugin* pp) {
     find_ctld_calls(p);
     l.lock();
     // Nothing about jobs can be known before slurmctld has loaded them
-    // (after a restart the tracker may already hold graces).
-    if (!planc::slurm::jobs_loaded()) continue;
+    // (after a restart the tracker may already hold graces); on standby
+    // the jobs and the files are another controller's.
+    if (!planc::slurm::jobs_loaded() || p.standby) continue;
     // The view is taken without mu (Slurm's callbacks take mu under the job
     // write lock).  A callback meanwhile (a scheduling pass preempting a
     // node's second job, a run ending) makes it stale: look again, a few

@@ -166,6 +166,8 @@ void signal_nodes(const JobSignal& s) {
 
 bool jobs_loaded() { return planc_jobs_loaded(); }
 
+bool started_as_backup() { return planc_started_as_backup(); }
+
 bool requeues(const job_record_t* job) { return job->details && job->details->requeue; }
 
 std::optional<bool> requeues(uint32_t job_id) {

@@ -60,6 +60,10 @@ JobSignal job_signal_order(const job_record_t* job, uint16_t signal);
 // its size, zero) and Slurm's view of any job is meaningless.
 bool jobs_loaded();
 
+// True when this slurmctld started as a backup controller: it is not in
+// control until slurmctld/planc says so (planc_preempt_control_v1).
+bool started_as_backup();
+
 // What Slurm does to a preempted job: requeue when it may be requeued
 // (job_submit/planc makes spot jobs requeueable unless --no-requeue), else
 // cancel.  REQUIRES the job read lock.

@@ -52,6 +52,16 @@ extern "C" {
 // being the primary (controller.c).  Plugins are loaded earlier.
 inline bool planc_jobs_loaded() { return slurmctld_config.thread_id_rpc != (pthread_t)0; }
 
+// Whether this slurmctld started as a backup controller (its host is not
+// the first SlurmctldHost).  22.05 sets slurmctld_primary before it loads
+// the preempt plugin and leaves it at 0 after a takeover (controller.c):
+// it says how the process started, not whether it is in control now.  A
+// backup loads the preempt plugin at its start and its generic plugins
+// (slurmctld_plugstack) only when it takes control, unloading them when it
+// gives control back.  While it waits its own RPC thread runs, so
+// planc_jobs_loaded() is true then too, over an empty job table.
+inline bool planc_started_as_backup() { return slurmctld_primary == 0; }
+
 // The job-begin hook.  22.05's slurmctld calls nonstop_ops.job_begin(job)
 // from select_nodes() (src/slurmctld/node_scheduler.c) for every run it
 // starts, with the job and node write locks held, once the run has its

@@ -307,7 +307,18 @@ PLANC_EXPORT void planc_spot_refused_v1(int tier) {
   if (cp && tier >= 0 && tier < planc::kTierCount) cp->stats.spot_refusals[tier]++;
 }
 
+// slurmctld calls this plugin's init() when it takes control (at its start
+// as the primary, or a backup's takeover) and fini() when it gives control
+// up or stops: preempt/planc, loaded in a backup from its start, learns it
+// here (plugins/planc_shared.h).
+namespace {
+void tell_preempt(bool in_control) {
+  if (auto control = planc::find_preempt_control()) control(in_control ? 1 : 0);
+}
+}  // namespace
+
 PLANC_EXPORT int init(void) {
+  tell_preempt(true);
   try {
     // Made by the first init(); a later one (slurmctld the primary again)
     // finds it as it was left (plugins/ctld_state.h).
@@ -384,6 +395,7 @@ PLANC_EXPORT int fini(void) {
     planc::MutexLock l(c.shown_mu);
     c.shown.reset();
   }
+  tell_preempt(false);
   return SLURM_SUCCESS;
 }
 

@@ -69,7 +69,7 @@ def small_cluster():
 # module to the next free worker in collection order, so a long module
 # collected last would run alone at the end.
 LONG_FIRST = ("test_replay.py", "test_billing.py", "test_infusion.py", "test_market.py",
-              "test_market_life.py", "test_preempt.py")
+              "test_market_life.py", "test_preempt.py", "test_failover.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -9,7 +9,8 @@ from conftest import ROOT
 EXPORTS = {
     "job_submit_planc.so": {"job_submit", "job_modify"},
     "preempt_planc.so": {"preempt_p_preemptable", "preempt_p_job_preempt_check",
-                         "preempt_p_get_data", "planc_preempt_run_end_v1"},
+                         "preempt_p_get_data", "planc_preempt_run_end_v1",
+                         "planc_preempt_control_v1"},
     "jobcomp_planc.so": {"jobcomp_p_set_location", "jobcomp_p_log_record", "jobcomp_p_get_jobs"},
     "slurmctld_planc.so": {"slurmctld_plugstack_p_get_config", "planc_spot_used_v1",
                            "planc_spot_refused_v1", "planc_market_floor_v1",
