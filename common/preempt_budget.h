@@ -29,7 +29,11 @@
 #include <optional>
 #include <utility>
 
+#include <string>
+#include <string_view>
+
 #include "common/preempt_policy.h"  // counts_in_window
+#include "common/result.h"
 
 namespace planc {
 
@@ -60,11 +64,21 @@ class PreemptBudget {
   void prune(time_t now);
   size_t size() const { return started_.size(); }
 
+  // Saved in StateSaveLocation (planc_p3_budget) so that a restart or a
+  // backup controller taking over counts the hour's preemptions on: a
+  // self-checking file (common/state_file.h).  serialize() clears dirty().
+  std::string serialize();
+  static Result<PreemptBudget> parse(std::string_view text, uint32_t percent,
+                                     uint32_t window_seconds);
+  // Changed since the last serialize().
+  bool dirty() const { return dirty_; }
+
  private:
   bool in_window(time_t t, time_t now) const { return counts_in_window(t, now, window_); }
   uint32_t percent_;
   uint32_t window_;
   std::deque<std::pair<time_t, uint32_t>> started_;  // (when, job id), oldest first
+  bool dirty_ = false;
 };
 
 // The victim class preempt/planc ranks a candidate by (common/preempt_policy.h

@@ -76,10 +76,14 @@ PLANC_EXPORT int init(void) {
     // A backup controller stands by: the state file is the primary's until
     // this slurmctld takes control (planc_preempt_control_v1).
     const bool backup = planc::slurm::started_as_backup();
+    const std::string budget_path = planc::slurm::state_file_path(planc::preempt::kBudgetFile);
     g = new Plugin(
         config, path,
         backup ? planc::PreemptionTracker(config->preempt_max_count, config->preempt_window_seconds)
-               : planc::preempt::load_state(*config, path));
+               : planc::preempt::load_state(*config, path),
+        backup ? planc::PreemptBudget(config->p3_preempt_max_percent,
+                                      config->p3_preempt_window_seconds)
+               : planc::preempt::load_budget(*config, budget_path));
     {
       planc::MutexLock l(g->mu);
       g->standby = backup;
@@ -108,16 +112,22 @@ PLANC_EXPORT void fini(void) {
     }
     g->cv.notify_all();
     planc::join_worker(g->worker);
-    std::string text;
+    std::string text, budget;
     bool standby;
     {
       planc::MutexLock l(g->mu);
       standby = g->standby;
-      if (!standby) text = g->tracker.serialize();
+      if (!standby) {
+        text = g->tracker.serialize();
+        budget = g->budget.serialize();
+      }
     }
-    // On standby the file is the controller's in control, or was saved
+    // On standby the files are the controller's in control, or were saved
     // when this one gave control up.
-    if (!standby) planc::preempt::write_state(*g, text);
+    if (!standby) {
+      planc::preempt::write_state(*g, text);
+      planc::preempt::write_budget(*g, budget);
+    }
   } catch (const std::exception& e) {
     error("%s: fini: %s", plugin_type, e.what());
   }

@@ -26,6 +26,9 @@
 
 namespace planc::preempt {
 
+// The P3 budget's file in StateSaveLocation.
+inline constexpr const char kBudgetFile[] = "planc_p3_budget";
+
 struct Policy {
   explicit Policy(std::shared_ptr<const planc::PlancConfig> c)
       : config(std::move(c)), tiers(config->tiers) {}
@@ -38,11 +41,12 @@ struct Policy {
 // without calling fini() (22.05 does for preempt plugins) while the worker
 // still runs.
 struct Plugin {
-  Plugin(std::shared_ptr<const planc::PlancConfig> c, std::string path, planc::PreemptionTracker t)
+  Plugin(std::shared_ptr<const planc::PlancConfig> c, std::string path, planc::PreemptionTracker t,
+         planc::PreemptBudget b)
       : watch(planc::slurm::planc_conf_file(), c),
         state_path(std::move(path)),
         tracker(std::move(t)),
-        budget(c->p3_preempt_max_percent, c->p3_preempt_window_seconds) {
+        budget(std::move(b)) {
     policies.push_back(std::make_unique<Policy>(std::move(c)));
     policy.store(policies.back().get());
   }
@@ -56,6 +60,8 @@ struct Plugin {
   const std::string state_path;
   // The metrics snapshot for planc-exporter (common/metrics_snapshot.h).
   const std::string metrics_path = planc::slurm::state_file_path("planc_metrics_preempt");
+  // The P3 budget's preemptions of the window (common/preempt_budget.h).
+  const std::string budget_path = planc::slurm::state_file_path(kBudgetFile);
 
   planc::Mutex mu;
   planc::PreemptionTracker tracker GUARDED_BY(mu);
@@ -64,8 +70,8 @@ struct Plugin {
   // and writes no file: the state and metrics files are the controller's
   // in control (planc_preempt_control_v1, take_control, give_up_control).
   bool standby GUARDED_BY(mu) = false;
-  // The P3 preemption budget (common/preempt_budget.h).  Not saved: after a
-  // restart it counts from there.
+  // The P3 preemption budget (common/preempt_budget.h), saved in
+  // budget_path as the tracker is in state_path.
   planc::PreemptBudget budget GUARDED_BY(mu);
   // Preemptions started since slurmctld started, by the victim's tier.
   std::array<uint64_t, planc::kTierCount> preemptions_started GUARDED_BY(mu){};
@@ -117,6 +123,9 @@ inline const Policy& policy(const Plugin& p) { return *p.policy.load(std::memory
 // start, or a file that cannot be used: logged, moved aside).
 planc::PreemptionTracker load_state(const planc::PlancConfig& cfg, const std::string& path);
 bool write_state(const Plugin& p, const std::string& text);
+// The same for the P3 budget (planc_p3_budget).
+planc::PreemptBudget load_budget(const planc::PlancConfig& cfg, const std::string& path);
+bool write_budget(const Plugin& p, const std::string& text);
 
 // This slurmctld takes control: the saved state is read again (a backup
 // taking over, or a primary back after a backup held control, finds what

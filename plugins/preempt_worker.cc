@@ -71,12 +71,38 @@ PreemptionTracker load_state(const planc::PlancConfig& cfg, const std::string& p
   return std::move(loaded.value);
 }
 
+bool write_budget(const Plugin& p, const std::string& text) {
+  if (auto err = planc::write_file_atomically(p.budget_path, text)) {
+    error("%s: cannot save the P3 preemption budget: %s", plugin_type, err->c_str());
+    return false;
+  }
+  return true;
+}
+
+planc::PreemptBudget load_budget(const planc::PlancConfig& cfg, const std::string& path) {
+  auto loaded = planc::load_state_file<planc::PreemptBudget>(
+      path, time(nullptr),
+      [&](const std::string& text) {
+        return planc::PreemptBudget::parse(text, cfg.p3_preempt_max_percent,
+                                           cfg.p3_preempt_window_seconds);
+      },
+      [&] {
+        return planc::PreemptBudget(cfg.p3_preempt_max_percent, cfg.p3_preempt_window_seconds);
+      },
+      "the P3 preemption budget counts from now");
+  if (!loaded.problem.empty()) error("%s: %s", plugin_type, loaded.problem.c_str());
+  return std::move(loaded.value);
+}
+
 void take_control(Plugin& p) {
   info("%s: in control: reading the preemption state the last controller saved", plugin_type);
-  PreemptionTracker t = load_state(*policy(p).config, p.state_path);
+  const planc::PlancConfig& cfg = *policy(p).config;
+  PreemptionTracker t = load_state(cfg, p.state_path);
+  planc::PreemptBudget b = load_budget(cfg, p.budget_path);
   {
     planc::MutexLock l(p.mu);
     p.tracker = std::move(t);
+    p.budget = std::move(b);
     p.kill_orders.clear();
     p.in_ledger.rebuild(p.tracker.ledger().job_ids());
     p.standby = false;
@@ -86,20 +112,23 @@ void take_control(Plugin& p) {
 }
 
 void give_up_control(Plugin& p) {
-  std::string text;
+  std::string text, budget;
   size_t counted = 0, in_grace = 0;
   {
     planc::MutexLock l(p.mu);
     if (p.standby) return;
     text = p.tracker.serialize();
+    budget = p.budget.serialize();
     counted = p.tracker.ledger().size();
     in_grace = p.tracker.in_grace();
     const planc::PlancConfig& cfg = *policy(p).config;
     p.tracker = PreemptionTracker(cfg.preempt_max_count, cfg.preempt_window_seconds);
+    p.budget = planc::PreemptBudget(cfg.p3_preempt_max_percent, cfg.p3_preempt_window_seconds);
     p.kill_orders.clear();
     p.in_ledger.rebuild({});
     p.standby = true;
   }
+  write_budget(p, budget);
   if (write_state(p, text))
     info("%s: control given up: %zu job(s) with preemptions counted, %zu in their grace, saved",
          plugin_type, counted, in_grace);
@@ -428,11 +457,15 @@ void run_worker(Plugin* pp) {
       error("%s: one pass of the worker took %lld s (slurmctld's job lock or the disk)",
             plugin_type,
             static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(took).count()));
-    if (!p.tracker.dirty() || std::chrono::steady_clock::now() - last_write < kStateWriteInterval)
+    if ((!p.tracker.dirty() && !p.budget.dirty()) ||
+        std::chrono::steady_clock::now() - last_write < kStateWriteInterval)
       continue;
-    std::string text = p.tracker.serialize();
+    std::string text = p.tracker.dirty() ? p.tracker.serialize() : "";
+    std::string budget = p.budget.dirty() ? p.budget.serialize() : "";
     l.unlock();
-    write_state(p, text);  // outside every lock
+    // Outside every lock.
+    if (!text.empty()) write_state(p, text);
+    if (!budget.empty()) write_budget(p, budget);
     last_write = std::chrono::steady_clock::now();
     l.lock();
   }

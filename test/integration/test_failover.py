@@ -2,13 +2,15 @@
 
 A cluster of its own (2 nodes) with a backup controller
 (PLANC_BACKUP_CTLD=1: two SlurmctldHost lines, one StateSaveLocation).
-The account has used its daily P3 spot cap; a P2 job on gpu1 is preempted
+The account has used its daily P3 spot cap and a P2 job has preempted its
+P3 job (the P3 preemption budget counts it); a P2 job on gpu1 is preempted
 by a P0 job and, 5 s into its 30 s grace, the primary slurmctld is killed
 with SIGKILL.  What users must still see once the backup is in control:
 the P0 job running within 40 s of its submission plus the takeover, the
 victim's whole grace and then its requeue with a free (zero) bill, its
-preemption count carried on (the next preemption is its 2nd), the spot
-cap still reached, and every run billed exactly once.
+preemption count carried on (the next preemption is its 2nd), the hour's P3
+preemption still counted, the spot cap still reached, and every run
+billed exactly once.
 """
 import datetime
 import os
@@ -20,6 +22,7 @@ import pytest
 
 from conftest import start_cluster, stop_cluster, worker_overrides
 from test_billing import psql
+from test_exporter import fresh_metrics
 from test_preempt import STUBBORN, events, first, running, submit_to_start
 
 GRACE = 30
@@ -32,6 +35,7 @@ def c():
     cl = start_cluster(o)
     cl.set_planc_conf(["SpotCapP3=0.01"])
     cl.stubborn = cl.write_script("stubborn.sh", STUBBORN.format(work=cl.work))
+    cl.state_dir = os.path.join(cl.dir, "state", "ctld")
     yield cl
     stop_cluster(cl)
 
@@ -78,6 +82,14 @@ def test_backup_takes_over_during_a_grace_and_keeps_the_policy(c):
     c.wait_for("the P3 job to run", lambda: running(c, p3), timeout=60)
     used_before = used_p3(c.wait_for("a P3 submission to be refused", lambda: p3_refusal(c),
                                      timeout=30))
+    # A P2 job takes gpu2 from the P3 job: a P3 preemption in the hour,
+    # which the P3 preemption budget counts.
+    p2b, p = c.sbatch("-A", "acct-spot", "--qos=p2", "--gres=gpu:8", "-w", "gpu2", "--wrap",
+                      "sleep 600", user="pcbob")
+    assert p2b, p.stderr
+    c.wait_for("the P2 job to take gpu2", lambda: running(c, p2b), timeout=60)
+    budget_before = fresh_metrics(c, "preempt")[("planc_p3_preempt_budget_used", "")]
+    assert budget_before >= 1
 
     # A P2 victim on gpu1 and its P0 preemptor.
     victim, p = c.sbatch("-A", "acct-spot", "--qos=p2", "--gres=gpu:8", "-w", "gpu1", c.stubborn,
@@ -101,7 +113,7 @@ def test_backup_takes_over_during_a_grace_and_keeps_the_policy(c):
     backup_log = log_text(c, "slurmctld-backup.log")
     takeover = logged_at(backup_log, "Running as primary controller") - killed
     assert "preempt/planc: in control: reading the preemption state" in backup_log
-    assert re.search(r"preempt/planc: 1 job\(s\) with preemptions counted, 1 in their grace",
+    assert re.search(r"preempt/planc: 2 job\(s\) with preemptions counted, 1 in their grace",
                      backup_log), backup_log[-3000:]
 
     c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=90)
@@ -120,6 +132,9 @@ def test_backup_takes_over_during_a_grace_and_keeps_the_policy(c):
     assert ended - sigterm >= GRACE - 1, (ended, sigterm)
     assert (state, amount) == ("PREEMPTED", 0), rows
 
+    # The P3 preemptions of the hour were carried over.
+    assert fresh_metrics(c, "preempt")[("planc_p3_preempt_budget_used", "")] == budget_before
+
     # The spot cap is still reached: the P3 use was carried over.
     err = p3_refusal(c)
     assert err, "a P3 submission was accepted after the takeover"
@@ -137,7 +152,7 @@ def test_backup_takes_over_during_a_grace_and_keeps_the_policy(c):
 
     # Every run billed exactly once: one bill per run slurmdbd lists.
     c.cancel_all()
-    jobs = (p3, victim, p0, p0b)
+    jobs = (p3, p2b, victim, p0, p0b)
     for j in jobs:
         runs = len(c.run("sacct", "-n", "-X", "-D", "-P", "-j", j, "-o", "JobID").stdout.split())
         c.wait_for(f"job {j}'s {runs} bill(s)", lambda: len(psql(

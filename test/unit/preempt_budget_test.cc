@@ -125,6 +125,47 @@ TEST(PreemptBudgetTest, KeepingToTheRuleKeepsEveryClockHourUnderTheShare) {
   }
 }
 
+TEST(PreemptBudgetTest, SavedAndReadBackItCountsTheSame) {
+  PreemptBudget b(10, 3600);
+  EXPECT_FALSE(b.dirty());
+  b.record(7, kT0);
+  b.record(8, kT0 + 5);
+  b.record(9, kT0 + 5);
+  EXPECT_TRUE(b.dirty());
+  std::string text = b.serialize();
+  EXPECT_FALSE(b.dirty());
+  auto r = PreemptBudget::parse(text, 10, 3600);
+  ASSERT_TRUE(r.ok()) << r.error();
+  PreemptBudget back = std::move(r).value();
+  EXPECT_FALSE(back.dirty());
+  EXPECT_EQ(back.size(), 3u);
+  EXPECT_EQ(back.used(kT0 + 5), 3u);
+  EXPECT_EQ(back.remaining(kT0 + 5, 43), 1u);
+  EXPECT_TRUE(back.unrecord(8, kT0 + 5)) << "each preemption keeps its job and time";
+  EXPECT_EQ(back.serialize(), PreemptBudget::parse(back.serialize(), 10, 3600).value().serialize());
+  // Only a change makes it dirty: a prune that drops nothing does not.
+  back.prune(kT0 + 10);
+  EXPECT_FALSE(back.dirty());
+  back.prune(kT0 + 3600);
+  EXPECT_TRUE(back.dirty());
+}
+
+TEST(PreemptBudgetTest, ATruncatedOrAlteredFileIsRefused) {
+  PreemptBudget b(10, 3600);
+  b.record(7, kT0);
+  b.record(8, kT0 + 1);
+  const std::string text = b.serialize();
+  EXPECT_FALSE(PreemptBudget::parse(text.substr(0, text.size() - 10), 10, 3600).ok());
+  std::string altered = text;
+  altered[altered.find("S ") + 2] = '2';
+  auto r = PreemptBudget::parse(altered, 10, 3600);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("not a valid Plan C P3 budget file"), std::string::npos) << r.error();
+  EXPECT_FALSE(
+      PreemptBudget::parse("planc-preempt-state v5\nend 0 0000000000000000\n", 10, 3600).ok());
+  EXPECT_TRUE(PreemptBudget::parse(PreemptBudget(10, 3600).serialize(), 10, 3600).ok());
+}
+
 TEST(PreemptBudgetTest, ASpentBudgetRanksP3AfterP2) {
   // The policy's classes: P3 1, P2 2.
   EXPECT_EQ(victim_class_now(1, true, false, 2), 1);
