@@ -98,6 +98,27 @@ PreemptionEvent PreemptionTracker::start(PreemptionEvent e, TimeMs now_ms) {
   return e;
 }
 
+std::optional<TimeMs> PreemptionTracker::resume_grace(uint32_t job_id, uint32_t run,
+                                                      uint32_t preemptor, TierId preemptor_tier,
+                                                      TimeMs now_ms) {
+  auto it = victims_.find(job_id);
+  if (it == victims_.end() || it->second.phase != Phase::kGrace ||
+      it->second.event.victim_run != run)
+    return std::nullopt;
+  version_++;
+  PreemptionEvent& e = it->second.event;
+  if (preemptor && preemptor != e.preemptor_job) {
+    e.preemptor_job = preemptor;
+    e.preemptor_tier = preemptor_tier;
+    Preemptor& p = preemptors_[preemptor];
+    if (p.since != e.when) p.victims.clear();
+    p.victims.emplace_back(job_id, run);
+    p.since = e.when;
+  }
+  dirty_ = true;
+  return std::max<TimeMs>(0, grace_end_ms(e) - now_ms);
+}
+
 PreemptionTracker::RunEnd PreemptionTracker::run_ended(uint32_t job_id, RunEndVerdict verdict,
                                                        bool requeueable, TimeMs now_ms) {
   using K = RunEnd::Kind;
@@ -177,7 +198,15 @@ std::vector<TrackerAction> PreemptionTracker::plan(TimeMs now_ms,
     const JobView& jv = view_of(seen, id);
     switch (v.phase) {
       case Phase::kGrace: {
-        if (jv.state == State::kRunning && jv.in_preemption) {
+        if (jv.state == State::kRunning && !jv.in_preemption && jv.run == v.event.victim_run) {
+          // Slurm does not know of this preemption (a controller that took
+          // over from an older job state): its grace goes on; the
+          // scheduler asks to preempt the job again (resume_grace).  If it
+          // has not by the grace's end, nothing wants the job any more.
+          if (now_ms >= grace_end_ms(v.event))
+            out.push_back({K::kCallOff, id, v.event.preemptor_job,
+                           "the controller now in charge did not preempt it again", v.event});
+        } else if (jv.state == State::kRunning && jv.in_preemption) {
           const uint32_t p = v.event.preemptor_job;
           const JobView& pv = view_of(seen, p);
           if (p && pv.state != State::kPending) {

@@ -118,6 +118,15 @@ class PreemptionTracker {
   // A preemption starts at e.when (seconds) / now_ms.  Counts it and returns
   // the event completed with count_in_window and capped_until, for the note.
   PreemptionEvent start(PreemptionEvent e, TimeMs now_ms);
+  // Slurm asks again to preempt run `run` of `job_id`, whose grace this
+  // tracker started and still runs: the controller now in charge lost
+  // the preemption (a backup that took over from a job state saved before
+  // it, a controller SIGKILLed within its state save's few seconds).  The
+  // grace goes on from its first start: not counted again, no second
+  // SIGTERM, its preemptor now `preemptor`.  Returns the milliseconds left
+  // of it (0 when over), or nullopt when it is not such a grace.
+  std::optional<TimeMs> resume_grace(uint32_t job_id, uint32_t run, uint32_t preemptor,
+                                     TierId preemptor_tier, TimeMs now_ms);
 
   // The run of `job_id` ended inside slurmctld while Slurm's preempt_time
   // was set.  `requeueable`: Slurm may requeue the job.  Returns what the

@@ -79,10 +79,8 @@ PLANC_EXPORT int init(void) {
     const std::string budget_path = planc::slurm::state_file_path(planc::preempt::kBudgetFile);
     g = new Plugin(
         config, path,
-        backup ? planc::PreemptionTracker(config->preempt_max_count, config->preempt_window_seconds)
-               : planc::preempt::load_state(*config, path),
-        backup ? planc::PreemptBudget(config->p3_preempt_max_percent,
-                                      config->p3_preempt_window_seconds)
+        backup ? planc::preempt::fresh_tracker(*config) : planc::preempt::load_state(*config, path),
+        backup ? planc::preempt::fresh_budget(*config)
                : planc::preempt::load_budget(*config, budget_path));
     {
       planc::MutexLock l(g->mu);

@@ -29,6 +29,15 @@ namespace planc::preempt {
 // The P3 budget's file in StateSaveLocation.
 inline constexpr const char kBudgetFile[] = "planc_p3_budget";
 
+// Nothing counted yet, under `cfg`'s limits (a first start, a backup on
+// standby, a file that cannot be used).
+inline planc::PreemptionTracker fresh_tracker(const planc::PlancConfig& cfg) {
+  return planc::PreemptionTracker(cfg.preempt_max_count, cfg.preempt_window_seconds);
+}
+inline planc::PreemptBudget fresh_budget(const planc::PlancConfig& cfg) {
+  return planc::PreemptBudget(cfg.p3_preempt_max_percent, cfg.p3_preempt_window_seconds);
+}
+
 struct Policy {
   explicit Policy(std::shared_ptr<const planc::PlancConfig> c)
       : config(std::move(c)), tiers(config->tiers) {}
@@ -63,6 +72,10 @@ struct Plugin {
   // The P3 budget's preemptions of the window (common/preempt_budget.h).
   const std::string budget_path = planc::slurm::state_file_path(kBudgetFile);
 
+  // Held from taking the state's text to writing its files (never with
+  // slurmctld's locks or mu held while waiting for it), so the worker's
+  // write cannot land after, and undo, give_up_control()'s.
+  planc::Mutex write_mu;
   planc::Mutex mu;
   planc::PreemptionTracker tracker GUARDED_BY(mu);
   // On standby: this slurmctld is a backup controller not in control (or

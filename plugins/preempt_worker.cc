@@ -60,7 +60,7 @@ PreemptionTracker load_state(const planc::PlancConfig& cfg, const std::string& p
       [&](const std::string& text) {
         return PreemptionTracker::parse(text, cfg.preempt_max_count, cfg.preempt_window_seconds);
       },
-      [&] { return PreemptionTracker(cfg.preempt_max_count, cfg.preempt_window_seconds); },
+      [&] { return fresh_tracker(cfg); },
       "starting with no preemptions counted (the per-job cap restarts from zero) and no grace "
       "in progress");
   if (!loaded.problem.empty())
@@ -86,10 +86,7 @@ planc::PreemptBudget load_budget(const planc::PlancConfig& cfg, const std::strin
         return planc::PreemptBudget::parse(text, cfg.p3_preempt_max_percent,
                                            cfg.p3_preempt_window_seconds);
       },
-      [&] {
-        return planc::PreemptBudget(cfg.p3_preempt_max_percent, cfg.p3_preempt_window_seconds);
-      },
-      "the P3 preemption budget counts from now");
+      [&] { return fresh_budget(cfg); }, "the P3 preemption budget counts from now");
   if (!loaded.problem.empty()) error("%s: %s", plugin_type, loaded.problem.c_str());
   return std::move(loaded.value);
 }
@@ -114,6 +111,7 @@ void take_control(Plugin& p) {
 void give_up_control(Plugin& p) {
   std::string text, budget;
   size_t counted = 0, in_grace = 0;
+  planc::MutexLock w(p.write_mu);
   {
     planc::MutexLock l(p.mu);
     if (p.standby) return;
@@ -122,8 +120,8 @@ void give_up_control(Plugin& p) {
     counted = p.tracker.ledger().size();
     in_grace = p.tracker.in_grace();
     const planc::PlancConfig& cfg = *policy(p).config;
-    p.tracker = PreemptionTracker(cfg.preempt_max_count, cfg.preempt_window_seconds);
-    p.budget = planc::PreemptBudget(cfg.p3_preempt_max_percent, cfg.p3_preempt_window_seconds);
+    p.tracker = fresh_tracker(cfg);
+    p.budget = fresh_budget(cfg);
     p.kill_orders.clear();
     p.in_ledger.rebuild({});
     p.standby = true;
@@ -460,12 +458,19 @@ void run_worker(Plugin* pp) {
     if ((!p.tracker.dirty() && !p.budget.dirty()) ||
         std::chrono::steady_clock::now() - last_write < kStateWriteInterval)
       continue;
-    std::string text = p.tracker.dirty() ? p.tracker.serialize() : "";
-    std::string budget = p.budget.dirty() ? p.budget.serialize() : "";
     l.unlock();
-    // Outside every lock.
-    if (!text.empty()) write_state(p, text);
-    if (!budget.empty()) write_budget(p, budget);
+    {
+      planc::MutexLock w(p.write_mu);
+      std::string text, budget;
+      {
+        planc::MutexLock again(p.mu);
+        if (p.tracker.dirty()) text = p.tracker.serialize();
+        if (p.budget.dirty()) budget = p.budget.serialize();
+      }
+      // Outside mu and slurmctld's locks.
+      if (!text.empty()) write_state(p, text);
+      if (!budget.empty()) write_budget(p, budget);
+    }
     last_write = std::chrono::steady_clock::now();
     l.lock();
   }
@@ -494,6 +499,27 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
   const planc::PlancConfig& cfg = *pol.config;
   const Tier* victim = planc::slurm::job_tier(pol.tiers, job);
   if (!victim) return 0;
+  // A grace this plugin started and Slurm lost (see resume_grace): it goes
+  // on to its first deadline, uncounted again and without a second SIGTERM.
+  std::optional<planc::TimeMs> left;
+  {
+    planc::MutexLock l(p.mu);
+    left = p.tracker.resume_grace(job->job_id, job->restart_cnt, p.last_preemptor,
+                                  p.last_preemptor_tier, now_ms());
+    if (left) {
+      p.wake = true;
+      p.worker_idle = false;
+    }
+  }
+  if (left) {
+    p.cv.notify_one();
+    const uint32_t seconds = static_cast<uint32_t>((*left + 999) / 1000);
+    info(
+        "%s: %pJ preempted again by JobId=%u: its grace began before this slurmctld took "
+        "control and goes on (%u s left), not counted again",
+        plugin_type, job, p.last_preemptor, seconds);
+    return seconds + planc::kSlurmGraceExtraSeconds;
+  }
   planc::PreemptionEvent e;
   e.victim_job = job->job_id;
   e.victim_run = job->restart_cnt;

@@ -278,9 +278,13 @@ bool end_grace(uint32_t victim, uint32_t preemptor, const std::string& note) {
 
 bool call_off(uint32_t victim, const std::string& note) {
   job_record_t* job = find_job_record(victim);
-  if (!job || !IS_JOB_RUNNING(job) || !job->preempt_time) return false;
-  job->preempt_time = 0;
-  job_end_time_reset(job);  // from its start and time limit, as before the grace
+  if (!job || !IS_JOB_RUNNING(job)) return false;
+  // Without preempt_time Slurm never knew of the preemption (a controller
+  // that took over from an older job state): only the note changes.
+  if (job->preempt_time) {
+    job->preempt_time = 0;
+    job_end_time_reset(job);  // from its start and time limit, as before the grace
+  }
   set_owner_note(job, note);
   last_job_update = time(nullptr);
   return true;

@@ -64,6 +64,13 @@ def used_p3(err):
     return float(re.search(r"has used (\d+\.\d+) of its 0\.01 card-hours of P3", err).group(1))
 
 
+def settled_p3(c):
+    """acct-spot's P3 card-seconds as the spot state file has them."""
+    text = open(os.path.join(c.state_dir, "planc_spot_state")).read()
+    m = re.search(r"^used 3 (\d+) acct-spot$", text, re.M)
+    return int(m.group(1)) if m else 0
+
+
 def note(c, jobid):
     return c.run("scontrol", "show", "job", jobid, user="pcbob").stdout
 
@@ -82,6 +89,10 @@ def test_backup_takes_over_during_a_grace_and_keeps_the_policy(c):
     c.wait_for("the P3 job to run", lambda: running(c, p3), timeout=60)
     used_before = used_p3(c.wait_for("a P3 submission to be refused", lambda: p3_refusal(c),
                                      timeout=30))
+    # Its use up to slurmctld/planc's last sample is settled in the spot
+    # state file past the cap: a run requeued between samples keeps only
+    # that much (its end time is gone), and the P3 job is preempted next.
+    c.wait_for("the P3 use settled past the cap", lambda: settled_p3(c) >= 36, timeout=30)
     # A P2 job takes gpu2 from the P3 job: a P3 preemption in the hour,
     # which the P3 preemption budget counts.
     p2b, p = c.sbatch("-A", "acct-spot", "--qos=p2", "--gres=gpu:8", "-w", "gpu2", "--wrap",
@@ -137,7 +148,8 @@ def test_backup_takes_over_during_a_grace_and_keeps_the_policy(c):
 
     # The spot cap is still reached: the P3 use was carried over.
     err = p3_refusal(c)
-    assert err, "a P3 submission was accepted after the takeover"
+    assert err, ("a P3 submission was accepted after the takeover:\n" + "\n".join(
+        l for l in log_text(c, "slurmctld-backup.log").splitlines() if "planc" in l)[-4000:])
     assert used_p3(err) >= used_before, err
 
     # The victim's preemption count was carried over: its next one is its 2nd.

@@ -168,6 +168,50 @@ TEST(PreemptionTrackerTest, CalledOffWhenThePreemptorNoLongerNeedsTheVictim) {
   }
 }
 
+// A controller took over from a job state saved before the preemption:
+// Slurm sees the victim running with no preemption, while the tracker
+// (its state file written within a second) has it in its grace.
+TEST(PreemptionTrackerTest, AGraceSlurmLostGoesOnFromItsFirstStart) {
+  PreemptionTracker t(3, 86400);
+  t.start(event(), kT0ms);
+  const std::map<uint32_t, JobView> lost = {{kVictim, view(S::kRunning)},
+                                            {kPreemptor, view(S::kPending)}};
+  EXPECT_TRUE(t.plan(kT0ms + 17'000, lost).empty()) << "kept, not dropped as over";
+  EXPECT_EQ(t.in_grace(), 1u);
+  // The new controller's scheduler preempts it again, for another job.
+  EXPECT_EQ(t.resume_grace(kVictim, 1, 77, TierId::kP0, kT0ms + 18'000), std::nullopt)
+      << "another run of the job is another preemption";
+  EXPECT_EQ(t.resume_grace(kVictim, 0, 77, TierId::kP0, kT0ms + 18'000), 12'000 + kGraceSlackMs);
+  EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 18), 1u) << "not counted again";
+  // Its grace ends at its first deadline, for the preemptor now waiting.
+  const std::map<uint32_t, JobView> again = {{kVictim, view(S::kRunning, true)},
+                                             {77, view(S::kPending, false, true)}};
+  EXPECT_TRUE(t.plan(kT0ms + 29'000, again).empty());
+  auto a = t.plan(kT0ms + 30'000 + kGraceSlackMs, again);
+  ASSERT_EQ(kinds(a), std::vector<K>{K::kEndGrace});
+  EXPECT_EQ(a[0].preemptor, 77u);
+  // Asked after its deadline: nothing left, the grace ends at once.
+  PreemptionTracker late(3, 86400);
+  late.start(event(), kT0ms);
+  EXPECT_EQ(late.resume_grace(kVictim, 0, kPreemptor, TierId::kP0, kT0ms + 45'000), 0);
+  EXPECT_EQ(PreemptionTracker(3, 86400).resume_grace(kVictim, 0, 1, TierId::kP0, kT0ms),
+            std::nullopt);
+}
+
+TEST(PreemptionTrackerTest, AGraceSlurmLostAndNeverAskedAgainIsCalledOff) {
+  PreemptionTracker t(3, 86400);
+  t.start(event(), kT0ms);
+  const std::map<uint32_t, JobView> lost = {{kVictim, view(S::kRunning)},
+                                            {kPreemptor, view(S::kGone)}};
+  EXPECT_TRUE(t.plan(kT0ms + 29'000, lost).empty());
+  auto a = t.plan(kT0ms + 30'000 + kGraceSlackMs, lost);
+  ASSERT_EQ(kinds(a), std::vector<K>{K::kCallOff});
+  EXPECT_EQ(a[0].reason, "the controller now in charge did not preempt it again");
+  t.done(a[0], true);
+  EXPECT_EQ(t.ledger().count_in_window(kVictim, kT0 + 31), 0u) << "it ran on: not counted";
+  EXPECT_FALSE(t.busy());
+}
+
 TEST(PreemptionTrackerTest, UnknownPreemptorIsNeverCalledOff) {
   PreemptionTracker t(3, 86400);
   t.start(event(kVictim, 30, kT0, true, 0), kT0ms);
