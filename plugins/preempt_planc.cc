@@ -76,12 +76,13 @@ PLANC_EXPORT int init(void) {
     // A backup controller stands by: the state file is the primary's until
     // this slurmctld takes control (planc_preempt_control_v1).
     const bool backup = planc::slurm::started_as_backup();
-    const std::string budget_path = planc::slurm::state_file_path(planc::preempt::kBudgetFile);
+    std::string budget_path = planc::slurm::state_file_path(planc::preempt::kBudgetFile);
+    planc::PreemptBudget budget = backup ? planc::preempt::fresh_budget(*config)
+                                         : planc::preempt::load_budget(*config, budget_path);
     g = new Plugin(
         config, path,
         backup ? planc::preempt::fresh_tracker(*config) : planc::preempt::load_state(*config, path),
-        backup ? planc::preempt::fresh_budget(*config)
-               : planc::preempt::load_budget(*config, budget_path));
+        std::move(budget_path), std::move(budget));
     {
       planc::MutexLock l(g->mu);
       g->standby = backup;
@@ -110,22 +111,9 @@ PLANC_EXPORT void fini(void) {
     }
     g->cv.notify_all();
     planc::join_worker(g->worker);
-    std::string text, budget;
-    bool standby;
-    {
-      planc::MutexLock l(g->mu);
-      standby = g->standby;
-      if (!standby) {
-        text = g->tracker.serialize();
-        budget = g->budget.serialize();
-      }
-    }
-    // On standby the files are the controller's in control, or were saved
-    // when this one gave control up.
-    if (!standby) {
-      planc::preempt::write_state(*g, text);
-      planc::preempt::write_budget(*g, budget);
-    }
+    // Saves the state unless on standby (the files are then the controller's
+    // in control, or were saved when this one gave control up).
+    planc::preempt::give_up_control(*g);
   } catch (const std::exception& e) {
     error("%s: fini: %s", plugin_type, e.what());
   }

@@ -51,9 +51,10 @@ struct Policy {
 // still runs.
 struct Plugin {
   Plugin(std::shared_ptr<const planc::PlancConfig> c, std::string path, planc::PreemptionTracker t,
-         planc::PreemptBudget b)
+         std::string budget_file, planc::PreemptBudget b)
       : watch(planc::slurm::planc_conf_file(), c),
         state_path(std::move(path)),
+        budget_path(std::move(budget_file)),
         tracker(std::move(t)),
         budget(std::move(b)) {
     policies.push_back(std::make_unique<Policy>(std::move(c)));
@@ -67,10 +68,10 @@ struct Plugin {
   std::vector<std::unique_ptr<Policy>> policies;  // worker only (and fini)
   planc::ConfigWatch watch;                       // worker only
   const std::string state_path;
+  // The P3 budget's preemptions of the window (common/preempt_budget.h).
+  const std::string budget_path;
   // The metrics snapshot for planc-exporter (common/metrics_snapshot.h).
   const std::string metrics_path = planc::slurm::state_file_path("planc_metrics_preempt");
-  // The P3 budget's preemptions of the window (common/preempt_budget.h).
-  const std::string budget_path = planc::slurm::state_file_path(kBudgetFile);
 
   // Held from taking the state's text to writing its files (never with
   // slurmctld's locks or mu held while waiting for it), so the worker's

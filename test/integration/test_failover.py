@@ -24,6 +24,7 @@ from conftest import start_cluster, stop_cluster, worker_overrides
 from test_billing import psql
 from test_exporter import fresh_metrics
 from test_preempt import STUBBORN, events, first, running, submit_to_start
+from test_spot_cap import refused_p3
 
 GRACE = 30
 
@@ -48,16 +49,6 @@ def logged_at(text, needle):
     """slurmctld's own timestamp of the first line containing `needle`."""
     m = re.search(r"^\[(\S+?)\] .*" + re.escape(needle), text, re.M)
     return datetime.datetime.fromisoformat(m.group(1)).timestamp() if m else None
-
-
-def p3_refusal(c):
-    """sbatch's error for a held P3 submission, or None when accepted."""
-    jobid, p = c.sbatch("-A", "acct-spot", "--qos=p3", "--gres=gpu:8", "--hold", "--wrap",
-                        "sleep 600", user="pcbob")
-    if jobid:
-        c.run("scancel", jobid)
-        return None
-    return p.stderr
 
 
 def used_p3(err):
@@ -87,7 +78,7 @@ def test_backup_takes_over_during_a_grace_and_keeps_the_policy(c):
                      "sleep 600", user="pcbob")
     assert p3, p.stderr
     c.wait_for("the P3 job to run", lambda: running(c, p3), timeout=60)
-    used_before = used_p3(c.wait_for("a P3 submission to be refused", lambda: p3_refusal(c),
+    used_before = used_p3(c.wait_for("a P3 submission to be refused", lambda: refused_p3(c),
                                      timeout=30))
     # Its use up to slurmctld/planc's last sample is settled in the spot
     # state file past the cap: a run requeued between samples keeps only
@@ -147,7 +138,7 @@ def test_backup_takes_over_during_a_grace_and_keeps_the_policy(c):
     assert fresh_metrics(c, "preempt")[("planc_p3_preempt_budget_used", "")] == budget_before
 
     # The spot cap is still reached: the P3 use was carried over.
-    err = p3_refusal(c)
+    err = refused_p3(c)
     assert err, ("a P3 submission was accepted after the takeover:\n" + "\n".join(
         l for l in log_text(c, "slurmctld-backup.log").splitlines() if "planc" in l)[-4000:])
     assert used_p3(err) >= used_before, err
