@@ -120,6 +120,7 @@ void BillStore::disconnect() {
   conn_ = nullptr;
   staged_ = false;
   months_day_ = -1;
+  longest_run_known_ = false;
 }
 
 Result<bool> BillStore::connect() {
@@ -336,6 +337,15 @@ Result<std::vector<std::vector<std::string>>> BillStore::rows(
   return out;
 }
 
+bool BillStore::has_longest_run() {
+  if (!longest_run_known_) {
+    auto r = rows("SELECT to_regprocedure('planc.longest_run(text[])') IS NOT NULL", {});
+    longest_run_known_ = r.ok();
+    has_longest_run_ = r.ok() && !r.value().empty() && r.value()[0][0] == "t";
+  }
+  return has_longest_run_;
+}
+
 Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
   using R = Result<std::vector<Bill>>;
   std::string sql = "SELECT " + bill_select_list() + " FROM planc.bill WHERE true";
@@ -393,8 +403,14 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
     sql += " AND end_time >= $" + std::to_string(params.size()) + "::timestamptz";
   }
   if (f.end) {
-    params.push_back(pg_timestamp(f.end));
-    sql += " AND start_time <= $" + std::to_string(params.size()) + "::timestamptz";
+    const std::string end = param(pg_timestamp(f.end)) + "::timestamptz";
+    sql += " AND start_time <= " + end;
+    // A run that started by the window's end ended by then plus the longest
+    // run (sql/0010): the end_time index's range is bounded on both sides,
+    // so a window long ago does not read every later bill.
+    if (has_longest_run())
+      sql += " AND end_time <= " + end + " + planc.longest_run(" +
+             (f.users.empty() ? std::string("NULL") : param(pg_text_array(f.users))) + "::text[])";
   }
   sql += " ORDER BY end_time, job_id";
   auto res = rows(sql, params);

@@ -101,11 +101,15 @@ class BillStore {
   // The failure of the statement whose result is `r` (may be null), coded
   // by its SQLSTATE (none: no answer, kRetryable); `what` begins the message.
   Result<bool> failed(const char* what, const pg_result* r);
+  // Whether the database has planc.longest_run() (sql/0010); asked once a
+  // connection.
+  bool has_longest_run();
   std::string conninfo_;
   std::string as_user_;
   pg_conn* conn_ = nullptr;
-  bool staged_ = false;        // temp staging tables exist on this connection
-  int64_t months_day_ = -1;    // the UTC day (Unix days) the month partitions were made
+  bool staged_ = false;      // temp staging tables exist on this connection
+  int64_t months_day_ = -1;  // the UTC day (Unix days) the month partitions were made
+  bool longest_run_known_ = false, has_longest_run_ = false;
   std::string last_sqlstate_;  // of the last COPY
 };
 

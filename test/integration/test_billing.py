@@ -37,6 +37,17 @@ def psql(c, sql, *params, user="postgres"):
     return [line.split("\x1f") for line in p.stdout.splitlines() if line]
 
 
+# The columns a hand-made bill fills, for INSERT ... SELECT in the tests
+# that store bills without running jobs.
+INSERT_BILL = """
+  INSERT INTO planc.bill (cluster, job_id, start_time, end_time, segment, uid, user_name,
+    account, tier, qos, partition, nodes, node_count, state, wait_status, exit_status,
+    exit_signal, exit_code, job_name, tres_req, tres_alloc, cpus, mem_mib, gpu_cards,
+    gpu_detail, billable_seconds, card_seconds, core_seconds, mem_gib_seconds, currency,
+    card_hour_price, core_hour_price, mem_gib_hour_price, tier_factor, amount_minor,
+    amount_micros, zero_reason, note, admin_comment, source)"""
+
+
 def bills(c, jobid_sql_filter, *params):
     cols = ("job_id,segment,user_name,account,tier,qos,state,cpus,mem_mib,gpu_cards,"
             "billable_seconds,card_seconds,core_seconds,amount_minor,amount_micros,zero_reason,"
@@ -881,13 +892,7 @@ def test_migration_0009_moves_every_row_into_its_month_and_keeps_the_rules(c):
                 run("-d", db, "-1", "-f", os.path.join(sql, f))
         # 3,000 bills over three months (2025-01, 2025-12, 2026-11), two
         # rounds with three bids in two more, and their hourly totals.
-        run("-d", db, "-c", """
-          INSERT INTO planc.bill (cluster, job_id, start_time, end_time, segment, uid, user_name,
-            account, tier, qos, partition, nodes, node_count, state, wait_status, exit_status,
-            exit_signal, exit_code, job_name, tres_req, tres_alloc, cpus, mem_mib, gpu_cards,
-            gpu_detail, billable_seconds, card_seconds, core_seconds, mem_gib_seconds, currency,
-            card_hour_price, core_hour_price, mem_gib_hour_price, tier_factor, amount_minor,
-            amount_micros, zero_reason, note, admin_comment, source)
+        run("-d", db, "-c", INSERT_BILL + """
           SELECT 'planc', i, t, t + interval '10 min', 0, 1000,
             CASE WHEN i % 100 = 0 THEN 'pcbob' ELSE 'pc' || (i % 3) END, 'a', 'P3',
             'p3-spot', 'gpu', 'n1', 1, 'COMPLETED', 0, 0, 0, '0:0', 'j', '', '', 1, 100, 1, '',
@@ -985,6 +990,51 @@ def test_the_bill_writer_makes_a_missing_month_when_it_connects(c):
     assert job, p.stderr
     wait_bills(c, job, 1, timeout=120)
     assert psql(c, f"SELECT to_regclass('planc.bill_{nxt}') IS NOT NULL") == [["t"]]
+
+
+def test_a_window_long_ago_lists_the_runs_that_overlap_it_and_the_longest_run_stays_private(c):
+    """A time window's query reads only the runs that ended by its end plus
+    the user's longest run (planc.bill_longest, kept by a trigger on every
+    insert): a 10-day run that spans the window is still listed, with the
+    run inside it and not the one after it; planc.longest_run() tells a user
+    their own longest run and anybody else's only as the cluster-wide
+    longest; and every bill stored so far, the writer's COPYs included, is
+    within its user's recorded longest."""
+    insert = INSERT_BILL + """
+      SELECT 'longtest', id, s::timestamptz, e::timestamptz, 0, 1000, u, 'acct-spot', 'P3',
+        'p3-spot', 'gpu', 'n1', 1, 'COMPLETED', 0, 0, 0, '0:0', 'j', '', '', 1, 100, 1, '',
+        1, 1, 1, 1, 'CNY', 20, 0.1, 0.01, 0.4, 1, 10000, '', '', '', 'jobcomp'
+      FROM (VALUES (990000001, 'pcbob', '2024-03-01 00:00Z', '2024-03-11 00:00Z'),
+                   (990000002, 'pcbob', '2024-03-05 10:00Z', '2024-03-05 11:00Z'),
+                   (990000003, 'pcbob', '2024-03-20 10:00Z', '2024-03-20 11:00Z'),
+                   (990000004, 'pcalice', '2024-01-01 00:00Z', '2024-01-21 00:00Z'),
+                   (990000005, 'pclongest', '2024-01-01 00:00Z', '2024-02-10 00:00Z'))
+           AS v(id, u, s, e)"""
+    psql(c, "DELETE FROM planc.bill WHERE cluster = 'longtest'")
+    try:
+        psql(c, insert)
+        out = bill_tool(c, "list", "-S", "2024-03-05T00:00:00", "-E", "2024-03-05T23:59:59",
+                        "--utc", "-n", "-P", "-o", "JobID", user="pcbob")
+        assert out.returncode == 0, out.stderr
+        assert sorted(out.stdout.split()) == ["990000001", "990000002"], out.stdout
+
+        def longest(user, of):
+            p = c.run("psql", "-X", "-q", "-t", "-A", "-U", user, "-d", "planc", "-c",
+                      f"SELECT extract(epoch FROM planc.longest_run(ARRAY['{of}']))::bigint / 86400",
+                      user=user, env={k: v for k, v in c.env.items() if k != "PGUSER"})
+            assert p.returncode == 0, p.stderr
+            return int(p.stdout)
+
+        assert longest("pcbob", "pcbob") == 10
+        assert longest("pcalice", "pcalice") == 20
+        assert longest("pcbob", "pcalice") == 40  # the cluster-wide longest, not pcalice's
+        assert psql(c, """
+          SELECT count(*) FROM (SELECT user_name, max(end_time - start_time) m
+                                  FROM planc.bill GROUP BY user_name) b
+          LEFT JOIN planc.bill_longest l USING (user_name)
+          WHERE l.longest IS NULL OR l.longest < b.m""") == [["0"]]
+    finally:
+        psql(c, "DELETE FROM planc.bill WHERE cluster = 'longtest'")
 
 
 def test_bill_column_table_is_what_the_migrations_create(c):
