@@ -24,6 +24,7 @@
 // hour, under cluster "bench", and only those are deleted between rounds.
 #include <fcntl.h>
 #include <libpq-fe.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,6 +107,14 @@ void exec(PGconn* c, const char* sql) {
 
 namespace {
 
+// This process's CPU time (user + system), seconds: the writer's own share
+// of an ingest round, the rest being PostgreSQL's.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 // Figure 2.  `keep`: the table keeps what it holds (only the bench's own
 // cluster's rows are deleted between rounds), and the runs start now.
 int ingest(const char* conninfo, const planc::PlancConfig& cfg, std::vector<planc::Segment> segs,
@@ -137,6 +146,7 @@ int ingest(const char* conninfo, const planc::PlancConfig& cfg, std::vector<plan
       exec(pg, empty);
       exec(pg, "CHECKPOINT");
       auto t0 = Clock::now();
+      const double cpu0 = cpu_seconds();
       if (raw) {
         PGresult* start = PQexec(pg, ("COPY planc.bill (" + bill_columns + ") FROM STDIN").c_str());
         if (PQresultStatus(start) != PGRES_COPY_IN) die(PQerrorMessage(pg));
@@ -167,8 +177,10 @@ int ingest(const char* conninfo, const planc::PlancConfig& cfg, std::vector<plan
       }
       double secs = ns_since(t0) / 1e9;
       (raw ? raw_rate : planc_rate).push_back(n_ingest / secs);
-      std::printf("ingest round %d %-5s: %9.0f segments/s (%zu in %.2f s)\n", r + 1,
-                  raw ? "raw" : "planc", n_ingest / secs, n_ingest, secs);
+      std::printf(
+          "ingest round %d %-5s: %9.0f segments/s (%zu in %.2f s, %.2f s of it this"
+          " process's CPU)\n",
+          r + 1, raw ? "raw" : "planc", n_ingest / secs, n_ingest, secs, cpu_seconds() - cpu0);
     }
   }
   auto median = [](std::vector<double> v) {
