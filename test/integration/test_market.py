@@ -594,8 +594,12 @@ def test_a_matched_job_preempted_and_requeued_bids_again(typed_market):
     # The H800 node is the P0 job's: guaranteed work holds every H800, so
     # the bid is too large for what P2 can have there.
     r = next_round(c, next_round(c, None)["MarketLastRound"])
+    # The round's marks are written to the jobs after the round is
+    # recorded (under the job write lock, on a loaded machine a moment
+    # later): wait for this one's.
+    c.wait_for("the round's mark on the held bid", lambda: life_field(
+        admin_comment(c, j), "reason") == "too-large", timeout=30)
     assert c.state(j) == "PENDING"
-    assert life_field(admin_comment(c, j), "reason") == "too-large", admin_comment(c, j)
     c.run("scancel", p0, check=True)
     c.wait_for("the bid to win a later round and run", lambda: c.state(j) == "RUNNING", timeout=90)
     comment = admin_comment(c, j)
