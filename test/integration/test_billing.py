@@ -228,12 +228,19 @@ def all_done(c, jobid, what):
     """Waits until no task of the array is left.  On a loaded machine slurmd
     may miss a launch confirmation and Slurm holds the task ("launch failed
     requeued held"); release such tasks as an admin would."""
+    seen = {}
+
     def done():
-        left = c.run("squeue", "-h", "-r", "-j", jobid, "-o", "%i %r").stdout.strip()
+        left = c.run("squeue", "-h", "-r", "-j", jobid, "-o", "%i %T %r").stdout.strip()
+        seen["left"] = left
         if "held" in left:
             c.run("scontrol", "release", jobid)
         return left == ""
-    c.wait_for(what, done, timeout=900, interval=3)
+    # Under pytest's own 900 s, so that a timeout says what was left.
+    try:
+        c.wait_for(what, done, timeout=600, interval=3)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; still queued: {seen.get('left', '')[:2000]}") from None
 
 
 def pg_ctl(c, action):
