@@ -355,15 +355,19 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
     params.push_back(std::move(v));
     return "$" + std::to_string(params.size());
   };
-  auto any = [&](const char* column, const char* type, const std::vector<std::string>& v) {
-    if (v.empty()) return;
-    sql +=
-        std::string(" AND ") + column + " = ANY(" + param(pg_text_array(v)) + "::" + type + "[])";
+  // Adds "column = ANY($n)" for a non-empty list; returns the array's
+  // placeholder ("" when the list is empty).
+  auto any = [&](const char* column, const char* type,
+                 const std::vector<std::string>& v) -> std::string {
+    if (v.empty()) return "";
+    std::string p = param(pg_text_array(v));
+    sql += std::string(" AND ") + column + " = ANY(" + p + "::" + type + "[])";
+    return p;
   };
   std::vector<std::string> uids;
   for (uint32_t id : f.uids) uids.push_back(std::to_string(id));
   any("uid", "bigint", uids);
-  any("user_name", "text", f.users);
+  const std::string users = any("user_name", "text", f.users);
   any("account", "text", f.accounts);
   // The jobs named, any of them: one clause of alternatives.
   std::vector<std::string> jobs;
@@ -398,10 +402,7 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
   any("state", "text", f.states);
   any("partition", "text", f.partitions);
   if (f.unmeasured) sql += " AND measured_at IS NULL";
-  if (f.start) {
-    params.push_back(pg_timestamp(f.start));
-    sql += " AND end_time >= $" + std::to_string(params.size()) + "::timestamptz";
-  }
+  if (f.start) sql += " AND end_time >= " + param(pg_timestamp(f.start)) + "::timestamptz";
   if (f.end) {
     const std::string end = param(pg_timestamp(f.end)) + "::timestamptz";
     sql += " AND start_time <= " + end;
@@ -410,7 +411,7 @@ Result<std::vector<Bill>> BillStore::query(const BillFilter& f) {
     // so a window long ago does not read every later bill.
     if (has_longest_run())
       sql += " AND end_time <= " + end + " + planc.longest_run(" +
-             (f.users.empty() ? std::string("NULL") : param(pg_text_array(f.users))) + "::text[])";
+             (users.empty() ? std::string("NULL") : users) + "::text[])";
   }
   sql += " ORDER BY end_time, job_id";
   auto res = rows(sql, params);

@@ -48,6 +48,12 @@ INSERT_BILL = """
     amount_micros, zero_reason, note, admin_comment, source)"""
 
 
+def user_env(c):
+    """The cluster's environment for a command run as a Slurm user: their
+    own PostgreSQL role (peer authentication), not the admin's PGUSER."""
+    return {k: v for k, v in c.env.items() if k != "PGUSER"}
+
+
 def bills(c, jobid_sql_filter, *params):
     cols = ("job_id,segment,user_name,account,tier,qos,state,cpus,mem_mib,gpu_cards,"
             "billable_seconds,card_seconds,core_seconds,amount_minor,amount_micros,zero_reason,"
@@ -77,14 +83,14 @@ def wait_bills(c, jobid, n, timeout=60):
 
 def bill_tool(c, *args, user=None, tz=None):
     db = f"host={c.env['PGHOST']} port={c.env['PGPORT']} dbname=planc"
-    env = {k: v for k, v in c.env.items() if k != "PGUSER"}
+    env = user_env(c)
     if tz:
         env["TZ"] = tz
     return c.run(BILL_TOOL, "--db", db, *args, user=user, env=env)
 
 
 def sacct_c(c, user, *args):
-    env = {k: v for k, v in c.env.items() if k != "PGUSER"}
+    env = user_env(c)
     p = c.run("sacct", "-c", "-n", "-P", "-o", "jobid,user,account,qos,state,elapsed", *args,
               user=user, env=env)
     assert p.returncode == 0, p.stderr
@@ -198,7 +204,7 @@ def test_users_see_only_their_own_bills(c):
     root = [r[0] for r in sacct_c(c, "root", "-a", "-S", start)]
     assert a in root and b in root
     # Enforced by PostgreSQL, not by the client: psql as pcbob.
-    env = {k: v for k, v in c.env.items() if k != "PGUSER"}
+    env = user_env(c)
     q = c.run("psql", "-X", "-t", "-A", "-U", "pcbob", "-c",
               "SELECT DISTINCT user_name FROM planc.bill", user="pcbob", env=env)
     assert q.returncode == 0, q.stderr
@@ -219,7 +225,7 @@ def test_names_with_quotes_and_non_ascii_are_stored_intact(c):
     assert jobid, p.stderr
     (b,) = wait_bills(c, jobid, 1)
     assert b["job_name"] == name
-    env = {k: v for k, v in c.env.items() if k != "PGUSER"}
+    env = user_env(c)
     p = c.run("sacct", "-c", "-n", "-P", "-j", jobid, "-o", "jobname%100", user="pcbob", env=env)
     assert p.stdout.strip() == name
 
@@ -538,7 +544,7 @@ def test_postgres_log_is_private(c):
     only postgres may read it (700 directory, 600 files), as a packaged
     PostgreSQL keeps /var/log/postgresql."""
     marker = f"planc-private-{os.getpid()}-{time.time_ns()}"
-    env = {k: v for k, v in c.env.items() if k != "PGUSER"}
+    env = user_env(c)
     q = c.run("psql", "-X", "-U", "pcalice", "-c", f"SELECT '{marker}'::int", user="pcalice",
               env=env)
     assert q.returncode != 0, "the statement must fail, so that PostgreSQL logs it"
@@ -585,7 +591,7 @@ def test_exit_codes_in_bills_are_what_sacct_shows(c):
     exited, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "exit 143", user="pcbob")
     killed, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--wrap", "kill -9 $$", user="pcbob")
     assert exited and killed
-    env = {k: v for k, v in c.env.items() if k != "PGUSER"}
+    env = user_env(c)
     # wait status, WEXITSTATUS, WTERMSIG, sacct's ExitCode
     for jobid, want in ((exited, ("36608", "143", "0", "15:0")), (killed, ("9", "0", "9", "0:9"))):
         (b,) = wait_bills(c, jobid, 1)
@@ -1028,7 +1034,7 @@ def test_a_window_long_ago_lists_the_runs_that_overlap_it_and_the_longest_run_st
         def longest(user, of):
             p = c.run("psql", "-X", "-q", "-t", "-A", "-U", user, "-d", "planc", "-c",
                       f"SELECT extract(epoch FROM planc.longest_run(ARRAY['{of}']))::bigint / 86400",
-                      user=user, env={k: v for k, v in c.env.items() if k != "PGUSER"})
+                      user=user, env=user_env(c))
             assert p.returncode == 0, p.stderr
             return int(p.stdout)
 
