@@ -119,6 +119,10 @@ void show_config(Controller& c, config_plugin_params_t* p) {
   add_pair(p->key_pairs, "ScanLastUsec", std::to_string(c.stats.last_scan_usec.load()));
   add_pair(p->key_pairs, "ScanMaxUsec", std::to_string(c.stats.max_scan_usec.load()));
   add_pair(p->key_pairs, "ScanTotalUsec", std::to_string(c.stats.total_scan_usec.load()));
+  add_pair(p->key_pairs, "ScanWalks", std::to_string(c.stats.scan_walks.load()));
+  add_pair(p->key_pairs, "ScanWalkTotalUsec", std::to_string(c.stats.scan_walk_usec.load()));
+  add_pair(p->key_pairs, "ScanLastWalkUsec", std::to_string(c.stats.scan_last_walk_usec.load()));
+  add_pair(p->key_pairs, "ScanQueuedJobs", std::to_string(c.stats.scan_queued.load()));
   add_pair(p->key_pairs, "SampleCount", std::to_string(c.stats.samples.load()));
   add_pair(p->key_pairs, "SampleLockTotalUsec", std::to_string(c.stats.sample_lock_usec.load()));
   add_pair(p->key_pairs, "SampleLockMaxUsec", std::to_string(c.stats.sample_max_lock_usec.load()));

@@ -135,24 +135,54 @@ bool settle_mark(Controller& c, uint32_t job_id) {
 
 void starvation_scan(Controller& c) {
   const planc::PlancConfig& cfg = *c.config;
-  std::vector<planc::PendingJob> starvable;
-  std::vector<planc::MarkedJob> marked;
+  planc::StarvationQueue& q = c.starving;
+  planc::slurm::StarvationFacts f;
   std::vector<uint32_t> watch;
   // Timed from holding the lock (not waiting for it): the scan's cost to
   // the rest of slurmctld.
   slurmctld_lock_t read = job_read_lock();
   lock_slurmctld(read);
   auto t0 = std::chrono::steady_clock::now();
-  uint64_t attempt_gpus = 0;
-  size_t seen = planc::slurm::collect_pending(*c.tiers, c.gpu_pos.load(), &starvable, &marked,
-                                              &watch, &attempt_gpus);
+  const time_t now = time(nullptr);
+  const planc::slurm::JobIdSpace ids = planc::slurm::job_id_space();
+  const bool walk = q.walk_due(now, ids.next, ids.first, ids.max);
+  size_t seen;
+  if (walk) {
+    seen = planc::slurm::collect_pending(*c.tiers, c.gpu_pos.load(), &f, &watch);
+  } else {
+    const std::vector<uint32_t> due = q.take_due(now);
+    seen = planc::slurm::look_up_starvation(
+        *c.tiers, c.gpu_pos.load(), due, q.new_ids(ids.next, ids.first, ids.max), q.marked(), &f);
+  }
   unlock_slurmctld(read);
-  c.watch.rescanned(std::move(watch));
+  if (walk) {
+    c.watch.rescanned(std::move(watch));
+    std::vector<planc::StarvationQueue::Entry> entries;
+    entries.reserve(f.starvable.size() + f.running.size());
+    for (const planc::PendingJob& j : f.starvable)
+      entries.push_back({j.job_id, planc::starvation_due(cfg, j, now)});
+    for (const auto& [id, tier] : f.running)
+      entries.push_back({id, planc::starvation_due_running(cfg, tier, now)});
+    q.walked(now, ids.next, entries, f.marked_ids);
+  } else {
+    for (const planc::PendingJob& j : f.starvable)
+      q.schedule(j.job_id, planc::starvation_due(cfg, j, now));
+    for (const auto& [id, tier] : f.running)
+      q.schedule(id, planc::starvation_due_running(cfg, tier, now));
+    // Marked jobs no longer pending or running (or no longer marked) leave.
+    for (auto it = q.marked().begin(); it != q.marked().end();) {
+      const uint32_t id = *it++;
+      if (std::find(f.marked_ids.begin(), f.marked_ids.end(), id) == f.marked_ids.end())
+        q.unmark(id);
+    }
+    for (uint32_t id : f.marked_ids) q.mark(id);
+    q.looked(ids.next);
+  }
   // The free attempts' share of the pool (the worker's last sample).
   const planc::FreeAttemptShare share{planc::free_attempt_cap(cfg, c.idle.pool_now()),
-                                      attempt_gpus};
-  std::vector<planc::Upgrade> todo = planc::select_upgrades(cfg, starvable, time(nullptr), share);
-  c.stats.free_attempt_gpus = attempt_gpus;
+                                      f.free_attempt_gpus};
+  std::vector<planc::Upgrade> todo = planc::select_upgrades(cfg, f.starvable, now, share);
+  c.stats.free_attempt_gpus = f.free_attempt_gpus;
   uint64_t usec = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
           .count());
@@ -160,21 +190,31 @@ void starvation_scan(Controller& c) {
   c.stats.total_scan_usec += usec;
   c.stats.last_scan_usec = usec;
   c.stats.last_scan_jobs = seen;
+  c.stats.scan_queued = q.size();
+  if (walk) {
+    c.stats.scan_walks++;
+    c.stats.scan_walk_usec += usec;
+    c.stats.scan_last_walk_usec = usec;
+  }
   if (usec > c.stats.max_scan_usec) c.stats.max_scan_usec = usec;
-  debug("%s: scan of %zu pending jobs (%zu may starve, %zu marked) took %lu us; %zu to upgrade",
-        plugin_type, seen, starvable.size(), marked.size(), static_cast<unsigned long>(usec),
-        todo.size());
+  debug("%s: scan %s %zu jobs (%zu may starve, %zu marked) took %lu us; %zu to upgrade",
+        plugin_type, walk ? "walked" : "looked at", seen, f.starvable.size(), f.marked.size(),
+        static_cast<unsigned long>(usec), todo.size());
 
   bool changed = false;
-  for (const planc::MarkedJob& m : marked)
+  for (const planc::MarkedJob& m : f.marked)
     if (planc::decide_marked(m) != planc::MarkAction::kKeep && settle_mark(c, m.job_id)) {
       changed = true;
       c.stats.reverts++;
+      // Back in its own tier (or another) with its clock restarted.
+      q.unmark(m.job_id);
+      q.schedule(m.job_id, now);
     }
   for (const planc::Upgrade& u : todo)
     if (upgrade(c, u)) {
       changed = true;
       c.stats.upgrades++;
+      q.mark(u.job_id);
     }
   if (changed) {
     schedule_job_save();  // both only signal other threads

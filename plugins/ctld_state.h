@@ -49,6 +49,7 @@
 #include "common/market_record.h"
 #include "common/metrics_snapshot.h"
 #include "common/spot_cap.h"
+#include "common/starvation_queue.h"
 #include "plugins/config_watch.h"
 #include "plugins/mutex.h"
 #include "plugins/slurm_adapter_ctld.h"
@@ -69,6 +70,9 @@ struct CtldStats {
   // GPUs the free attempts held at the last scan (pending and running).
   std::atomic<uint64_t> free_attempt_gpus{0};
   std::atomic<uint64_t> total_scan_usec{0}, last_scan_usec{0}, max_scan_usec{0}, last_scan_jobs{0};
+  // The scans that walked every job (common/starvation_queue.h), and their
+  // part of total_scan_usec; the jobs the queue holds.
+  std::atomic<uint64_t> scan_walks{0}, scan_walk_usec{0}, scan_last_walk_usec{0}, scan_queued{0};
   // Spot-cap refusals by tier, counted by job_submit/planc through
   // planc_spot_refused_v1() (plugins/planc_shared.h).
   std::array<std::atomic<uint64_t>, planc::kTierCount> spot_refusals{};
@@ -151,7 +155,8 @@ struct Controller {
   std::unique_ptr<planc::QosTierCache> tiers;
   planc::SlaTracker sla;
   std::unique_ptr<planc::SpotLedger> ledger;
-  planc::JobWatch watch;  // which jobs the sample looks at
+  planc::JobWatch watch;            // which jobs the sample looks at
+  planc::StarvationQueue starving;  // which jobs the scan looks at (worker)
   // The P2 market's floors (common/market.h); null while the market is
   // closed.
   std::unique_ptr<planc::FloorKeeper> floor_keeper;

@@ -98,28 +98,59 @@ bool watched(const job_record_t* job, const Tier* t) {
 
 }  // namespace
 
-size_t collect_pending(const QosTierCache& tiers, int gpu_pos, std::vector<PendingJob>* starvable,
-                       std::vector<MarkedJob>* marked_jobs, std::vector<uint32_t>* watch,
-                       uint64_t* free_attempt_gpus) {
+namespace {
+
+// One job's part of the facts; returns whether it was pending.
+bool add_starvation_facts(const QosTierCache& tiers, int gpu_pos, const job_record_t* job,
+                          StarvationFacts* f, std::vector<uint32_t>* watch) {
+  const bool pending = IS_JOB_PENDING(job);
+  if (!pending && !IS_JOB_RUNNING(job)) return false;
+  const Tier* t = job_tier(tiers, job);
+  if (watch && watched(job, t)) watch->push_back(job->job_id);
+  if (marked(job)) {
+    f->free_attempt_gpus += requested_gpus(job, gpu_pos);
+    f->marked_ids.push_back(job->job_id);
+    if (pending) f->marked.push_back(marked_facts(tiers, job, t ? t->id : TierId::kP0));
+  }
+  if (t && t->starves_into) {
+    if (pending) {
+      f->starvable.push_back(pending_facts(job, t->id));
+      f->starvable.back().gpus = requested_gpus(job, gpu_pos);
+    } else {
+      f->running.emplace_back(job->job_id, t->id);
+    }
+  }
+  return pending;
+}
+
+}  // namespace
+
+size_t collect_pending(const QosTierCache& tiers, int gpu_pos, StarvationFacts* facts,
+                       std::vector<uint32_t>* watch) {
   size_t seen = 0;
   ListIterator it = list_iterator_create(job_list);
-  while (auto* job = static_cast<job_record_t*>(list_next(it))) {
-    const bool pending = IS_JOB_PENDING(job);
-    if (!pending && !IS_JOB_RUNNING(job)) continue;
-    const Tier* t = job_tier(tiers, job);
-    if (watched(job, t)) watch->push_back(job->job_id);
-    if (marked(job)) *free_attempt_gpus += requested_gpus(job, gpu_pos);
-    if (!pending) continue;
-    ++seen;
-    if (!t) continue;
-    if (t->starves_into) {
-      starvable->push_back(pending_facts(job, t->id));
-      starvable->back().gpus = requested_gpus(job, gpu_pos);
-    }
-    if (marked(job)) marked_jobs->push_back(marked_facts(tiers, job, t->id));
-  }
+  while (auto* job = static_cast<job_record_t*>(list_next(it)))
+    if (add_starvation_facts(tiers, gpu_pos, job, facts, watch)) ++seen;
   list_iterator_destroy(it);
   return seen;
+}
+
+size_t look_up_starvation(const QosTierCache& tiers, int gpu_pos, const std::vector<uint32_t>& ids,
+                          const std::vector<IdRange>& ranges, const std::set<uint32_t>& marked_ids,
+                          StarvationFacts* facts) {
+  size_t looked = 0;
+  auto one = [&](uint32_t id, bool only_unmarked) {
+    ++looked;
+    const job_record_t* job = find_job_record(id);
+    if (!job || (only_unmarked && marked_ids.count(id))) return;
+    add_starvation_facts(tiers, gpu_pos, job, facts, nullptr);
+  };
+  // A marked job is looked at once, through marked_ids.
+  for (uint32_t id : marked_ids) one(id, false);
+  for (uint32_t id : ids) one(id, true);
+  for (const IdRange& r : ranges)
+    for (uint64_t id = r.first; id <= r.last; ++id) one(static_cast<uint32_t>(id), true);
+  return looked;
 }
 
 std::optional<PendingJob> pending_job(const QosTierCache& tiers, uint32_t job_id) {

@@ -8,7 +8,9 @@
 #include <ctime>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/infusion.h"
@@ -20,18 +22,32 @@
 
 namespace planc::slurm {
 
-// The facts of the starvation rule for every pending job in slurmctld's
-// list: jobs of a tier that starves into another (StarveInto) into
-// `starvable`, jobs carrying the free-attempt mark into `marked`, and the
-// ids the 5 s sample watches (running in a tier, pending in a guaranteed
-// one) into `watch`: the same walk serves both.  Returns how many pending
-// jobs it looked at.  REQUIRES the job read lock; allocates only for the
-// jobs it returns.
+// The facts of the starvation rule for every job in slurmctld's list:
+// pending jobs of a tier that starves into another (StarveInto) into
+// `starvable`, running ones into `running` (with their tier), the ids of
+// jobs carrying the free-attempt mark into `marked_ids` and the pending ones
+// among them into `marked`, and the ids the 5 s sample watches (running in
+// a tier, pending in a guaranteed one) into `watch`: the same walk serves
+// both.  Returns how many pending jobs it looked at.  REQUIRES the job read
+// lock; allocates only for the jobs it returns.
 // `free_attempt_gpus`: the GPUs asked by jobs carrying the mark, pending or
 // running (`gpu_pos`: the gres/gpu TRES position, < 0 unknown).
-size_t collect_pending(const QosTierCache& tiers, int gpu_pos, std::vector<PendingJob>* starvable,
-                       std::vector<MarkedJob>* marked, std::vector<uint32_t>* watch,
-                       uint64_t* free_attempt_gpus);
+struct StarvationFacts {
+  std::vector<PendingJob> starvable;
+  std::vector<std::pair<uint32_t, TierId>> running;
+  std::vector<MarkedJob> marked;
+  std::vector<uint32_t> marked_ids;
+  uint64_t free_attempt_gpus = 0;
+};
+size_t collect_pending(const QosTierCache& tiers, int gpu_pos, StarvationFacts* facts,
+                       std::vector<uint32_t>* watch);
+// The same facts for the jobs named (`ids`, then every id in `ranges`) and
+// for the marked jobs `marked_ids` (common/starvation_queue.h): what the
+// scan looks at between walks.  Returns how many job records it looked up.
+// REQUIRES the job read lock.
+size_t look_up_starvation(const QosTierCache& tiers, int gpu_pos, const std::vector<uint32_t>& ids,
+                          const std::vector<IdRange>& ranges, const std::set<uint32_t>& marked_ids,
+                          StarvationFacts* facts);
 
 // The same facts for one job (nullopt: gone, or not pending).  REQUIRES the
 // job read or write lock.

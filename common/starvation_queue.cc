@@ -1,0 +1,81 @@
+#include "common/starvation_queue.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace planc {
+namespace {
+
+uint32_t starve_after(const PlancConfig& cfg, TierId tier) {
+  const Tier& t = cfg.tiers.tier(tier);
+  return t.starve_after_seconds ? t.starve_after_seconds : cfg.starvation_threshold_seconds;
+}
+
+}  // namespace
+
+time_t starvation_due(const PlancConfig& cfg, const PendingJob& job, time_t now) {
+  if (is_starving(cfg, job, now)) return now;
+  const time_t after = starve_after(cfg, job.tier);
+  if (!reason_counts(job.reason) || job.eligible_since <= 0)
+    return now + std::min(StarvationQueue::kRecheckSeconds, after + 1);
+  // is_starving: more than StarveAfter seconds after its eligible time.
+  return job.eligible_since + after + 1;
+}
+
+time_t starvation_due_running(const PlancConfig& cfg, TierId tier, time_t now) {
+  return now + static_cast<time_t>(starve_after(cfg, tier)) + 1;
+}
+
+bool StarvationQueue::walk_due(time_t now, uint32_t next_id, uint32_t first_job_id,
+                               uint32_t max_job_id) const {
+  if (!known_ || now < last_walk_ || now - last_walk_ >= kWalkSeconds) return true;
+  if (next_id < first_job_id || next_id >= max_job_id || seen_high_ < first_job_id ||
+      seen_high_ >= max_job_id)
+    return true;
+  return id_count(new_id_ranges(seen_high_, next_id, first_job_id, max_job_id)) > kMaxNewIds;
+}
+
+std::vector<IdRange> StarvationQueue::new_ids(uint32_t next_id, uint32_t first_job_id,
+                                              uint32_t max_job_id) const {
+  return new_id_ranges(seen_high_, next_id, first_job_id, max_job_id);
+}
+
+void StarvationQueue::walked(time_t now, uint32_t next_id, const std::vector<Entry>& jobs,
+                             std::vector<uint32_t> marked) {
+  by_due_.clear();
+  due_of_.clear();
+  due_of_.reserve(jobs.size());
+  for (const Entry& e : jobs) schedule(e.job_id, e.due);
+  marked_ = std::set<uint32_t>(marked.begin(), marked.end());
+  known_ = true;
+  last_walk_ = now;
+  looked(next_id);
+}
+
+std::vector<uint32_t> StarvationQueue::take_due(time_t now) {
+  std::vector<uint32_t> out;
+  auto end = by_due_.upper_bound(now);
+  for (auto it = by_due_.begin(); it != end; ++it) {
+    out.push_back(it->second);
+    due_of_.erase(it->second);
+  }
+  by_due_.erase(by_due_.begin(), end);
+  return out;
+}
+
+void StarvationQueue::schedule(uint32_t job_id, time_t due) {
+  auto [it, added] = due_of_.try_emplace(job_id, due);
+  if (!added) {
+    if (it->second == due) return;
+    auto range = by_due_.equal_range(it->second);
+    for (auto j = range.first; j != range.second; ++j)
+      if (j->second == job_id) {
+        by_due_.erase(j);
+        break;
+      }
+    it->second = due;
+  }
+  by_due_.emplace(due, job_id);
+}
+
+}  // namespace planc

@@ -1,0 +1,108 @@
+// Which job records the starvation scan looks at, so that it need not walk
+// every job record each StarvationInterval (at 100,000 pending jobs that
+// walk costs a sizeable part of a main scheduler cycle every interval).
+//
+// A pending job of a tier that starves can starve only once it has been
+// eligible for more than its tier's StarveAfter.  The queue keeps each such
+// job with the earliest time it could have starved (when it is due) and the
+// scan looks only at the jobs due:
+//   - pending and waiting for the cluster (Resources, Priority): due when
+//     its eligible time plus StarveAfter has passed;
+//   - starved but not upgraded this interval (StarvationMaxPerInterval, the
+//     free attempts' share): due again at the next scan;
+//   - pending for a reason of its own (held, a dependency, a begin time, a
+//     limit, no reason yet): due again kRecheckSeconds on, or its tier's
+//     StarveAfter when that is shorter (a limit that lifts can let a job
+//     that has long been eligible starve at once: it is found up to that
+//     late; a release, a met dependency or a reached begin time restart
+//     Slurm's accrue time);
+//   - running: due StarveAfter on (it waits again only after a requeue,
+//     which restarts its clock);
+//   - finished, gone, or in a tier that does not starve: dropped.
+// Jobs enter by:
+//   - a full walk of every job record: the first scan, then every
+//     kWalkSeconds, and whenever more than kMaxNewIds ids were handed out
+//     since the last scan; the queue becomes what the walk saw;
+//   - the ids slurmctld handed out since the last scan (new_id_ranges,
+//     common/job_watch.h), each looked up once.
+// What only a walk sees, up to kWalkSeconds late: a pending job moved into
+// a starving tier by `scontrol update`, or whose begin time was moved
+// earlier.
+//
+// Free attempts (jobs with the free-attempt mark) are few (at most
+// StarvationMaxPercent of the GPUs): kept apart and looked at every scan.
+//
+// Pure: no Slurm header.  Used by the one worker thread only.
+#ifndef PLANC_COMMON_STARVATION_QUEUE_H_
+#define PLANC_COMMON_STARVATION_QUEUE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <ctime>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config.h"
+#include "common/job_watch.h"  // IdRange, new_id_ranges
+#include "common/starvation.h"
+
+namespace planc {
+
+// When a job of a starving tier is next due (see above), looked at `now`.
+time_t starvation_due(const PlancConfig& cfg, const PendingJob& job, time_t now);
+// For a running one.
+time_t starvation_due_running(const PlancConfig& cfg, TierId tier, time_t now);
+
+class StarvationQueue {
+ public:
+  static constexpr time_t kWalkSeconds = 600;
+  static constexpr time_t kRecheckSeconds = 60;
+  static constexpr uint64_t kMaxNewIds = 20000;
+
+  struct Entry {
+    uint32_t job_id;
+    time_t due;
+  };
+
+  // Whether this scan walks every job: nothing known yet, kWalkSeconds
+  // since the last walk, the clock went back, too many new ids, or ids
+  // outside FirstJobId..MaxJobId.
+  bool walk_due(time_t now, uint32_t next_id, uint32_t first_job_id, uint32_t max_job_id) const;
+  // The ids handed out since the last scan (when no walk is due).
+  std::vector<IdRange> new_ids(uint32_t next_id, uint32_t first_job_id, uint32_t max_job_id) const;
+
+  // After a walk at `now` that read slurmctld's next job id `next_id`:
+  // the starving tiers' jobs and the marked jobs it saw.
+  void walked(time_t now, uint32_t next_id, const std::vector<Entry>& jobs,
+              std::vector<uint32_t> marked);
+  // After a scan without a walk: every id below `next_id` has been seen.
+  void looked(uint32_t next_id) { seen_high_ = next_id ? next_id - 1 : 0; }
+
+  // Takes the jobs due at `now`, earliest first; each goes back through
+  // schedule() or leaves.
+  std::vector<uint32_t> take_due(time_t now);
+  // Adds a job, or moves it, to `due`.
+  void schedule(uint32_t job_id, time_t due);
+
+  // Free attempts.
+  void mark(uint32_t job_id) { marked_.insert(job_id); }
+  void unmark(uint32_t job_id) { marked_.erase(job_id); }
+  const std::set<uint32_t>& marked() const { return marked_; }
+
+  size_t size() const { return due_of_.size(); }
+  time_t last_walk() const { return last_walk_; }
+
+ private:
+  bool known_ = false;
+  time_t last_walk_ = 0;
+  uint32_t seen_high_ = 0;
+  std::multimap<time_t, uint32_t> by_due_;
+  std::unordered_map<uint32_t, time_t> due_of_;
+  std::set<uint32_t> marked_;
+};
+
+}  // namespace planc
+
+#endif  // PLANC_COMMON_STARVATION_QUEUE_H_

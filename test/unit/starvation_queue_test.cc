@@ -1,0 +1,118 @@
+#include "common/starvation_queue.h"
+
+#include <gtest/gtest.h>
+
+#include "test/unit/test_config.h"
+
+namespace planc {
+namespace {
+
+constexpr uint32_t kFirst = 1, kMax = 0x03ff0000;  // Slurm's defaults
+constexpr time_t kNow = 1'800'000'000;
+constexpr time_t kAfter = 30 * 60;
+
+PlancConfig cfg() { return conf("StarvationThreshold=30min"); }
+
+PendingJob p3(uint32_t id, PendingReason r, time_t eligible) {
+  return PendingJob{id, TierId::kP3, r, eligible, 8};
+}
+
+TEST(StarvationDueTest, AJobWaitingForTheClusterIsDueWhenItsThresholdHasPassed) {
+  const PlancConfig c = cfg();
+  // Eligible 10 min ago: due 20 min and a second from now (more than 30 min).
+  EXPECT_EQ(starvation_due(c, p3(1, PendingReason::kResources, kNow - 600), kNow),
+            kNow - 600 + kAfter + 1);
+  // Starved already (but not upgraded: the share, the per-interval limit):
+  // due at once, so the next scan looks again.
+  EXPECT_EQ(starvation_due(c, p3(1, PendingReason::kPriority, kNow - kAfter - 5), kNow), kNow);
+  // At exactly the threshold it has not starved yet: due a second later.
+  EXPECT_EQ(starvation_due(c, p3(1, PendingReason::kPriority, kNow - kAfter), kNow), kNow + 1);
+}
+
+TEST(StarvationDueTest, AJobWaitingForAReasonOfItsOwnIsLookedAtAgainAMinuteOn) {
+  const PlancConfig c = cfg();
+  for (PendingReason r :
+       {PendingReason::kHeld, PendingReason::kDependency, PendingReason::kBeginTime,
+        PendingReason::kAccountLimit, PendingReason::kNone, PendingReason::kOther})
+    EXPECT_EQ(starvation_due(c, p3(1, r, kNow - 3 * kAfter), kNow),
+              kNow + StarvationQueue::kRecheckSeconds)
+        << reason_name(r);
+  EXPECT_EQ(starvation_due(c, p3(1, PendingReason::kResources, 0), kNow),
+            kNow + StarvationQueue::kRecheckSeconds)
+      << "no eligible time known";
+}
+
+TEST(StarvationDueTest, ARunningJobCanStarveOnlyAThresholdAfterARequeue) {
+  EXPECT_EQ(starvation_due_running(cfg(), TierId::kP3, kNow), kNow + kAfter + 1);
+  // A tier's own StarveAfter wins over StarvationThreshold.
+  const PlancConfig c = conf("StarvationThreshold=30min\nTier=P3 StarveAfter=10min");
+  EXPECT_EQ(starvation_due_running(c, TierId::kP3, kNow), kNow + 601);
+  EXPECT_EQ(starvation_due(c, p3(1, PendingReason::kResources, kNow), kNow), kNow + 601);
+  // A short StarveAfter (a test's, a compressed replay's) is also how soon
+  // a job held back by its own reason is looked at again.
+  const PlancConfig s = conf("StarvationThreshold=20s");
+  EXPECT_EQ(starvation_due(s, p3(1, PendingReason::kHeld, kNow - 100), kNow), kNow + 21);
+}
+
+TEST(StarvationQueueTest, WalksFirstThenLooksOnlyAtTheJobsDueAndTheNewIds) {
+  StarvationQueue q;
+  EXPECT_TRUE(q.walk_due(kNow, 50, kFirst, kMax)) << "nothing known yet";
+  q.walked(kNow, 50, {{7, kNow + 100}, {3, kNow + 10}, {9, kNow + 10}}, {20});
+  EXPECT_EQ(q.size(), 3u);
+  EXPECT_FALSE(q.walk_due(kNow + 5, 50, kFirst, kMax));
+  EXPECT_TRUE(q.new_ids(50, kFirst, kMax).empty());
+  EXPECT_EQ(q.new_ids(53, kFirst, kMax), (std::vector<IdRange>{{50, 52}}));
+  EXPECT_TRUE(q.take_due(kNow + 9).empty());
+  EXPECT_EQ(q.take_due(kNow + 10), (std::vector<uint32_t>{3, 9}));
+  EXPECT_EQ(q.size(), 1u) << "taken until scheduled again";
+  q.schedule(3, kNow + 50);
+  q.looked(53);
+  EXPECT_TRUE(q.new_ids(53, kFirst, kMax).empty());
+  EXPECT_EQ(q.take_due(kNow + 60), (std::vector<uint32_t>{3}));
+  EXPECT_EQ(q.take_due(kNow + 1000), (std::vector<uint32_t>{7}));
+  EXPECT_EQ(q.size(), 0u);
+  EXPECT_EQ(q.marked(), (std::set<uint32_t>{20}));
+}
+
+TEST(StarvationQueueTest, ScheduleMovesAJobItHolds) {
+  StarvationQueue q;
+  q.walked(kNow, 50, {{7, kNow + 100}}, {});
+  q.schedule(7, kNow + 5);
+  q.schedule(7, kNow + 5);
+  EXPECT_EQ(q.size(), 1u);
+  EXPECT_EQ(q.take_due(kNow + 5), (std::vector<uint32_t>{7})) << "once, at its new time";
+  EXPECT_TRUE(q.take_due(kNow + 100).empty()) << "not at its old one";
+}
+
+TEST(StarvationQueueTest, WalksAgainEveryWalkIntervalAndWhenItCannotKeepUp) {
+  StarvationQueue q;
+  q.walked(kNow, 50, {}, {});
+  EXPECT_FALSE(q.walk_due(kNow + StarvationQueue::kWalkSeconds - 1, 50, kFirst, kMax));
+  EXPECT_TRUE(q.walk_due(kNow + StarvationQueue::kWalkSeconds, 50, kFirst, kMax));
+  EXPECT_TRUE(q.walk_due(kNow - 1, 50, kFirst, kMax)) << "the clock went back";
+  EXPECT_TRUE(q.walk_due(kNow + 1, 50 + StarvationQueue::kMaxNewIds + 1, kFirst, kMax))
+      << "too many new ids";
+  EXPECT_FALSE(q.walk_due(kNow + 1, 50 + StarvationQueue::kMaxNewIds, kFirst, kMax));
+  EXPECT_TRUE(q.walk_due(kNow + 1, kMax, kFirst, kMax)) << "an id outside the id space";
+  // Wrapped from MaxJobId to FirstJobId: the ids after 97, then from 5.
+  StarvationQueue w;
+  w.walked(kNow, 98, {}, {});
+  EXPECT_FALSE(w.walk_due(kNow + 1, 8, 5, 100));
+  EXPECT_EQ(w.new_ids(8, 5, 100), (std::vector<IdRange>{{98, 99}, {5, 7}}));
+}
+
+TEST(StarvationQueueTest, AWalkReplacesWhatTheQueueHeld) {
+  StarvationQueue q;
+  q.walked(kNow, 50, {{7, kNow + 100}, {8, kNow}}, {20, 21});
+  q.walked(kNow + 60, 60, {{9, kNow + 70}}, {21});
+  EXPECT_EQ(q.size(), 1u);
+  EXPECT_EQ(q.take_due(kNow + 1000), (std::vector<uint32_t>{9}));
+  EXPECT_EQ(q.marked(), (std::set<uint32_t>{21}));
+  EXPECT_EQ(q.last_walk(), kNow + 60);
+  q.mark(22);
+  q.unmark(21);
+  EXPECT_EQ(q.marked(), (std::set<uint32_t>{22}));
+}
+
+}  // namespace
+}  // namespace planc
