@@ -21,7 +21,8 @@
 //   - finished, gone, or in a tier that does not starve: dropped.
 // Jobs enter by:
 //   - a full walk of every job record: the first scan, then every
-//     kWalkSeconds, and whenever more than kMaxNewIds ids were handed out
+//     kWalkSeconds, after planc.conf changed (the thresholds the due times
+//     came from), and whenever more than kMaxNewIds ids were handed out
 //     since the last scan; the queue becomes what the walk saw;
 //   - the ids slurmctld handed out since the last scan (new_id_ranges,
 //     common/job_watch.h), each looked up once.
@@ -77,6 +78,8 @@ class StarvationQueue {
   // the starving tiers' jobs and the marked jobs it saw.
   void walked(time_t now, uint32_t next_id, const std::vector<Entry>& jobs,
               std::vector<uint32_t> marked);
+  // The next scan walks (planc.conf changed: the due times are stale).
+  void forget() { known_ = false; }
   // After a scan without a walk: every id below `next_id` has been seen.
   void looked(uint32_t next_id) { seen_high_ = next_id ? next_id - 1 : 0; }
 

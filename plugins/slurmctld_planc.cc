@@ -157,10 +157,14 @@ void worker(Controller* cp, planc::ConfigWatch watch) {
       reloaded_since_sample = reloaded_since_sample || reloaded;
       const planc::PlancConfig& cfg = *c.config;
       auto now = Clock::now();
-      // A shorter StarvationInterval applies now, not after the old one.
-      if (reloaded)
+      // A shorter StarvationInterval applies now, not after the old one;
+      // the jobs' due times were worked out with the old thresholds, so
+      // the next scan walks every job.
+      if (reloaded) {
         next_scan =
             std::min(next_scan, now + std::chrono::seconds(cfg.starvation_interval_seconds));
+        c.starving.forget();
+      }
       if (asked) next_sample = std::min(next_sample, last_sample + kMinSampleGap);
       if (follow_up && now >= *follow_up) {
         next_sample = std::min(next_sample, now);

@@ -94,6 +94,8 @@ TEST(StarvationQueueTest, WalksAgainEveryWalkIntervalAndWhenItCannotKeepUp) {
       << "too many new ids";
   EXPECT_FALSE(q.walk_due(kNow + 1, 50 + StarvationQueue::kMaxNewIds, kFirst, kMax));
   EXPECT_TRUE(q.walk_due(kNow + 1, kMax, kFirst, kMax)) << "an id outside the id space";
+  q.forget();
+  EXPECT_TRUE(q.walk_due(kNow + 1, 50, kFirst, kMax)) << "planc.conf changed";
   // Wrapped from MaxJobId to FirstJobId: the ids after 97, then from 5.
   StarvationQueue w;
   w.walked(kNow, 98, {}, {});
