@@ -13,9 +13,17 @@ uint32_t starve_after(const PlancConfig& cfg, TierId tier) {
 
 }  // namespace
 
-time_t starvation_due(const PlancConfig& cfg, const PendingJob& job, time_t now) {
-  if (is_starving(cfg, job, now)) return now;
+time_t starvation_due(const PlancConfig& cfg, const PendingJob& job, time_t now,
+                      uint64_t cap_gpus) {
   const time_t after = starve_after(cfg, job.tier);
+  if (is_starving(cfg, job, now)) {
+    // Larger than the free attempts' whole share: it waits in its tier
+    // (common/starvation.h); looked at again as the share may grow.
+    if (job.gpus > cap_gpus) return now + std::min(StarvationQueue::kRecheckSeconds, after + 1);
+    // Starved (but not upgraded yet): due since its threshold passed, so
+    // it keeps its place among the longest waiting.
+    return job.eligible_since + after + 1;
+  }
   if (!reason_counts(job.reason) || job.eligible_since <= 0)
     return now + std::min(StarvationQueue::kRecheckSeconds, after + 1);
   // is_starving: more than StarveAfter seconds after its eligible time.
@@ -52,14 +60,15 @@ void StarvationQueue::walked(time_t now, uint32_t next_id, const std::vector<Ent
   looked(next_id);
 }
 
-std::vector<uint32_t> StarvationQueue::take_due(time_t now) {
+std::vector<uint32_t> StarvationQueue::take_due(time_t now, size_t limit) {
   std::vector<uint32_t> out;
   auto end = by_due_.upper_bound(now);
-  for (auto it = by_due_.begin(); it != end; ++it) {
+  auto it = by_due_.begin();
+  for (; it != end && out.size() < limit; ++it) {
     out.push_back(it->second);
     due_of_.erase(it->second);
   }
-  by_due_.erase(by_due_.begin(), end);
+  by_due_.erase(by_due_.begin(), it);
   return out;
 }
 

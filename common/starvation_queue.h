@@ -9,7 +9,11 @@
 //   - pending and waiting for the cluster (Resources, Priority): due when
 //     its eligible time plus StarveAfter has passed;
 //   - starved but not upgraded this interval (StarvationMaxPerInterval, the
-//     free attempts' share): due again at the next scan;
+//     free attempts' share): due again at once, in its place by how long it
+//     has waited.  A scan takes at most kTakeAtMost jobs of those due
+//     (StarvationMaxPerInterval x 4, at least 256), the longest waiting
+//     first: upgrades go to the longest waiting, so a queue of 100,000
+//     starved jobs costs a scan no more than a few hundred lookups;
 //   - pending for a reason of its own (held, a dependency, a begin time, a
 //     limit, no reason yet): due again kRecheckSeconds on, or its tier's
 //     StarveAfter when that is shorter (a limit that lifts can let a job
@@ -37,6 +41,7 @@
 #ifndef PLANC_COMMON_STARVATION_QUEUE_H_
 #define PLANC_COMMON_STARVATION_QUEUE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
@@ -51,8 +56,11 @@
 
 namespace planc {
 
-// When a job of a starving tier is next due (see above), looked at `now`.
-time_t starvation_due(const PlancConfig& cfg, const PendingJob& job, time_t now);
+// When a job of a starving tier is next due (see above), looked at `now`;
+// `cap_gpus`: the free attempts' share of the GPUs (a starved job larger
+// than it is looked at again like a job held back by its own reason).
+time_t starvation_due(const PlancConfig& cfg, const PendingJob& job, time_t now,
+                      uint64_t cap_gpus = UINT64_MAX);
 // For a running one.
 time_t starvation_due_running(const PlancConfig& cfg, TierId tier, time_t now);
 
@@ -83,9 +91,13 @@ class StarvationQueue {
   // After a scan without a walk: every id below `next_id` has been seen.
   void looked(uint32_t next_id) { seen_high_ = next_id ? next_id - 1 : 0; }
 
-  // Takes the jobs due at `now`, earliest first; each goes back through
-  // schedule() or leaves.
-  std::vector<uint32_t> take_due(time_t now);
+  // Takes the jobs due at `now`, earliest first, at most `limit`; each
+  // goes back through schedule() or leaves.
+  std::vector<uint32_t> take_due(time_t now, size_t limit = SIZE_MAX);
+  // How many a scan takes (see above).
+  static size_t take_at_most(const PlancConfig& cfg) {
+    return std::max<size_t>(static_cast<size_t>(cfg.starvation_max_per_interval) * 4, 256);
+  }
   // Adds a job, or moves it, to `due`.
   void schedule(uint32_t job_id, time_t due);
 

@@ -150,23 +150,26 @@ void starvation_scan(Controller& c) {
   if (walk) {
     seen = planc::slurm::collect_pending(*c.tiers, c.gpu_pos.load(), &f, &watch);
   } else {
-    const std::vector<uint32_t> due = q.take_due(now);
+    const std::vector<uint32_t> due = q.take_due(now, planc::StarvationQueue::take_at_most(cfg));
     seen = planc::slurm::look_up_starvation(
         *c.tiers, c.gpu_pos.load(), due, q.new_ids(ids.next, ids.first, ids.max), q.marked(), &f);
   }
   unlock_slurmctld(read);
+  // The free attempts' share of the pool (the worker's last sample).
+  const planc::FreeAttemptShare share{planc::free_attempt_cap(cfg, c.idle.pool_now()),
+                                      f.free_attempt_gpus};
   if (walk) {
     c.watch.rescanned(std::move(watch));
     std::vector<planc::StarvationQueue::Entry> entries;
     entries.reserve(f.starvable.size() + f.running.size());
     for (const planc::PendingJob& j : f.starvable)
-      entries.push_back({j.job_id, planc::starvation_due(cfg, j, now)});
+      entries.push_back({j.job_id, planc::starvation_due(cfg, j, now, share.cap_gpus)});
     for (const auto& [id, tier] : f.running)
       entries.push_back({id, planc::starvation_due_running(cfg, tier, now)});
     q.walked(now, ids.next, entries, f.marked_ids);
   } else {
     for (const planc::PendingJob& j : f.starvable)
-      q.schedule(j.job_id, planc::starvation_due(cfg, j, now));
+      q.schedule(j.job_id, planc::starvation_due(cfg, j, now, share.cap_gpus));
     for (const auto& [id, tier] : f.running)
       q.schedule(id, planc::starvation_due_running(cfg, tier, now));
     // Marked jobs no longer pending or running (or no longer marked) leave.
@@ -178,9 +181,6 @@ void starvation_scan(Controller& c) {
     for (uint32_t id : f.marked_ids) q.mark(id);
     q.looked(ids.next);
   }
-  // The free attempts' share of the pool (the worker's last sample).
-  const planc::FreeAttemptShare share{planc::free_attempt_cap(cfg, c.idle.pool_now()),
-                                      f.free_attempt_gpus};
   std::vector<planc::Upgrade> todo = planc::select_upgrades(cfg, f.starvable, now, share);
   c.stats.free_attempt_gpus = f.free_attempt_gpus;
   uint64_t usec = static_cast<uint64_t>(

@@ -23,8 +23,13 @@ TEST(StarvationDueTest, AJobWaitingForTheClusterIsDueWhenItsThresholdHasPassed) 
   EXPECT_EQ(starvation_due(c, p3(1, PendingReason::kResources, kNow - 600), kNow),
             kNow - 600 + kAfter + 1);
   // Starved already (but not upgraded: the share, the per-interval limit):
-  // due at once, so the next scan looks again.
-  EXPECT_EQ(starvation_due(c, p3(1, PendingReason::kPriority, kNow - kAfter - 5), kNow), kNow);
+  // due since its threshold passed, so the next scan looks again, the
+  // longest waiting first.
+  EXPECT_EQ(starvation_due(c, p3(1, PendingReason::kPriority, kNow - kAfter - 5), kNow), kNow - 4);
+  // Starved but larger than the free attempts' whole share: looked at
+  // again a minute on, out of the way of those that can have an attempt.
+  EXPECT_EQ(starvation_due(c, p3(1, PendingReason::kPriority, kNow - kAfter - 5), kNow, 4),
+            kNow + StarvationQueue::kRecheckSeconds);
   // At exactly the threshold it has not starved yet: due a second later.
   EXPECT_EQ(starvation_due(c, p3(1, PendingReason::kPriority, kNow - kAfter), kNow), kNow + 1);
 }
@@ -72,6 +77,20 @@ TEST(StarvationQueueTest, WalksFirstThenLooksOnlyAtTheJobsDueAndTheNewIds) {
   EXPECT_EQ(q.take_due(kNow + 1000), (std::vector<uint32_t>{7}));
   EXPECT_EQ(q.size(), 0u);
   EXPECT_EQ(q.marked(), (std::set<uint32_t>{20}));
+}
+
+TEST(StarvationQueueTest, AScanTakesTheLongestWaitingFirstAndAtMostItsShare) {
+  StarvationQueue q;
+  q.walked(kNow, 50, {{1, kNow - 30}, {2, kNow - 10}, {3, kNow - 20}, {4, kNow + 5}}, {});
+  EXPECT_EQ(q.take_due(kNow, 2), (std::vector<uint32_t>{1, 3}));
+  // Not upgraded (the share is full): back in their places.
+  q.schedule(1, kNow - 30);
+  q.schedule(3, kNow - 20);
+  EXPECT_EQ(q.take_due(kNow + 1, 2), (std::vector<uint32_t>{1, 3}));
+  EXPECT_EQ(q.take_due(kNow + 1, 2), (std::vector<uint32_t>{2}));
+  EXPECT_EQ(q.size(), 1u);
+  EXPECT_EQ(StarvationQueue::take_at_most(conf("StarvationMaxPerInterval=10")), 256u);
+  EXPECT_EQ(StarvationQueue::take_at_most(conf("StarvationMaxPerInterval=100")), 400u);
 }
 
 TEST(StarvationQueueTest, ScheduleMovesAJobItHolds) {
