@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <utility>
 
 namespace planc {
@@ -65,31 +66,53 @@ std::deque<std::string> Spool::finish(AppendFile file, std::deque<std::string> r
   return left;
 }
 
-Result<SpoolContents> Spool::read(uint64_t seq) const {
+namespace {
+
+// The lines of a spool file, each with its '\n' (the last may lack it).
+std::vector<std::string_view> split_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl == std::string_view::npos ? text.size() : nl + 1);
+    text.remove_prefix(line.size());
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+// Lines [from, to) parsed; line numbers are 1-based.
+SpoolContents parse_lines(const std::vector<std::string_view>& lines, size_t from, size_t to) {
+  SpoolContents out;
+  for (size_t i = from; i < to; i++) {
+    auto r = parse_segment(lines[i]);
+    if (!r.ok()) {
+      out.damaged.push_back({i + 1, r.error()});
+      continue;
+    }
+    out.records.push_back({i + 1, std::string(lines[i]), std::move(r).value()});
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> Spool::read_text(uint64_t seq) const {
   std::string text;
   if (fs_->read_file(path(seq), &text) != 0) {
     int err = errno;
-    return Result<SpoolContents>::failure(error_code_of_errno(err) == ErrorCode::kNotFound
-                                              ? ErrorCode::kNotFound
-                                              : ErrorCode::kUnreadable,
-                                          system_error("cannot read", path(seq), err));
+    return Result<std::string>::failure(error_code_of_errno(err) == ErrorCode::kNotFound
+                                            ? ErrorCode::kNotFound
+                                            : ErrorCode::kUnreadable,
+                                        system_error("cannot read", path(seq), err));
   }
-  SpoolContents out;
-  size_t line_no = 0;
-  std::string_view rest = text;
-  while (!rest.empty()) {
-    line_no++;
-    size_t nl = rest.find('\n');
-    std::string_view line = rest.substr(0, nl == std::string_view::npos ? rest.size() : nl + 1);
-    rest.remove_prefix(line.size());
-    auto r = parse_segment(line);
-    if (!r.ok()) {
-      out.damaged.push_back({line_no, r.error()});
-      continue;
-    }
-    out.records.push_back({line_no, std::string(line), std::move(r).value()});
-  }
-  return out;
+  return text;
+}
+
+Result<SpoolContents> Spool::read(uint64_t seq) const {
+  auto text = read_text(seq);
+  if (!text.ok()) return Result<SpoolContents>::failure(text.code(), text.error());
+  const std::vector<std::string_view> lines = split_lines(text.value());
+  return parse_lines(lines, 0, lines.size());
 }
 
 Result<bool> Spool::set_aside(uint64_t seq, std::string_view line) const {
@@ -111,23 +134,49 @@ Result<bool> Spool::remove(uint64_t seq) const {
                                system_error("cannot remove", path(seq), err));
 }
 
+namespace {
+
+// One batch's records, parsed and priced.
+struct PricedBatch {
+  SpoolContents contents;
+  std::vector<Bill> bills;
+};
+
+PricedBatch price_lines(const std::vector<std::string_view>& lines, size_t from, size_t to,
+                        const Spool::PriceFn& price) {
+  PricedBatch out{parse_lines(lines, from, to), {}};
+  out.bills.reserve(out.contents.records.size());
+  for (const SpoolRecord& r : out.contents.records) out.bills.push_back(price(r.seg));
+  return out;
+}
+
+}  // namespace
+
 Result<SpoolStored> Spool::store(uint64_t seq, const PriceFn& price, const WriteFn& write,
                                  size_t batch) const {
   using R = Result<SpoolStored>;
-  auto contents = read(seq);
-  if (!contents.ok()) return R::failure(contents.code(), contents.error());
-  SpoolStored done;
-  done.damaged = std::move(contents.value().damaged);
-  const std::vector<SpoolRecord>& records = contents.value().records;
-  done.records = records.size();
-  std::vector<Bill> bills;
-  bills.reserve(records.size());
-  for (const SpoolRecord& r : records) bills.push_back(price(r.seg));
+  auto text = read_text(seq);
+  if (!text.ok()) return R::failure(text.code(), text.error());
+  const std::vector<std::string_view> lines = split_lines(text.value());
   batch = std::max<size_t>(batch, 1);
-  for (size_t i = 0; i < bills.size(); i += batch) {
-    size_t end = std::min(bills.size(), i + batch);
-    std::vector<Bill> part(bills.begin() + i, bills.begin() + end);
-    auto w = write(part);
+  // The next batch is parsed and priced on a thread of its own while this
+  // one is written: the database's work and ours overlap.  Without a
+  // thread to spare (EAGAIN) it is done here, when its turn comes.
+  auto stage = [&](size_t from) {
+    return std::async(std::launch::async | std::launch::deferred, price_lines, std::cref(lines),
+                      from, std::min(lines.size(), from + batch), std::cref(price));
+  };
+  SpoolStored done;
+  std::future<PricedBatch> next;
+  if (!lines.empty()) next = stage(0);
+  for (size_t from = 0; from < lines.size(); from += batch) {
+    PricedBatch cur = next.get();
+    if (from + batch < lines.size()) next = stage(from + batch);
+    for (SpoolDamage& d : cur.contents.damaged) done.damaged.push_back(std::move(d));
+    const std::vector<SpoolRecord>& records = cur.contents.records;
+    done.records += records.size();
+    if (cur.bills.empty()) continue;
+    auto w = write(cur.bills);
     if (w.ok()) {
       done.fresh += w.value();
       continue;
@@ -135,8 +184,8 @@ Result<SpoolStored> Spool::store(uint64_t seq, const PriceFn& price, const Write
     if (w.code() != ErrorCode::kRefused) return R::failure(w.code(), w.error());
     // A refused batch would be refused for ever: find the bills PostgreSQL
     // refuses and keep the others flowing.
-    for (size_t k = i; k < end; k++) {
-      auto one = write({bills[k]});
+    for (size_t k = 0; k < cur.bills.size(); k++) {
+      auto one = write({cur.bills[k]});
       if (one.ok()) {
         done.fresh += one.value();
         continue;

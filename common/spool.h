@@ -104,14 +104,20 @@ class Spool {
   // is kept for the next try, never removed).
   Result<SpoolContents> read(uint64_t seq) const;
 
+  // The file's text (read() and store() split and parse it).
+  Result<std::string> read_text(uint64_t seq) const;
+
   // Keeps a refused record in rejected_path(seq) (appended, fsynced).
   Result<bool> set_aside(uint64_t seq, std::string_view line) const;
   // Removes file `seq` (gone already is fine).
   Result<bool> remove(uint64_t seq) const;
 
   // Stores file `seq`: read(), price() each record, write() the bills in
-  // batches of `batch`, then remove() (a file that cannot be removed is
-  // stored all the same: SpoolStored::remove_error says so).  write()
+  // batches of `batch` (the records of `batch` lines; the next batch is
+  // parsed and priced on a thread of its own while one is written, so
+  // price() must be safe to call beside write()), then remove() (a file
+  // that cannot be removed is stored all the same:
+  // SpoolStored::remove_error says so).  write()
   // answers as BillStore::write does: the number of new bills, or an error
   // whose code decides:
   //   kRefused    the batch is written again one bill at a time and each
