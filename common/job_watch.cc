@@ -33,17 +33,24 @@ uint64_t id_count(const std::vector<IdRange>& ranges) {
   return n;
 }
 
+std::optional<std::vector<IdRange>> new_ids_to_look_up(uint32_t seen_high, uint32_t next,
+                                                       uint32_t first_job_id, uint32_t max_job_id,
+                                                       uint64_t at_most) {
+  if (next < first_job_id || next >= max_job_id || seen_high < first_job_id ||
+      seen_high >= max_job_id)
+    return std::nullopt;
+  std::vector<IdRange> ids = new_id_ranges(seen_high, next, first_job_id, max_job_id);
+  if (id_count(ids) > at_most) return std::nullopt;
+  return ids;
+}
+
 JobWatch::Plan JobWatch::plan(const std::vector<uint32_t>& started, uint32_t next_id,
                               uint32_t first_job_id, uint32_t max_job_id, bool hook_ours) const {
   Plan p;
-  if (!known_ || !hook_ours || next_id < first_job_id || next_id >= max_job_id ||
-      seen_high_ < first_job_id || seen_high_ >= max_job_id)
-    return p;
-  p.new_ids = new_id_ranges(seen_high_, next_id, first_job_id, max_job_id);
-  if (id_count(p.new_ids) > kMaxNewIds) {
-    p.new_ids.clear();
-    return p;
-  }
+  if (!known_ || !hook_ours) return p;
+  auto new_ids = new_ids_to_look_up(seen_high_, next_id, first_job_id, max_job_id, kMaxNewIds);
+  if (!new_ids) return p;
+  p.new_ids = std::move(*new_ids);
   p.walk = false;
   p.ids.reserve(ids_.size() + started.size());
   p.ids = ids_;

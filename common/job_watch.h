@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace planc {
@@ -43,6 +44,13 @@ struct IdRange {
 std::vector<IdRange> new_id_ranges(uint32_t seen_high, uint32_t next, uint32_t first_job_id,
                                    uint32_t max_job_id);
 uint64_t id_count(const std::vector<IdRange>& ranges);
+// new_id_ranges when they can be looked up one by one: nullopt when
+// `seen_high` or `next` is outside FirstJobId..MaxJobId (a federation's
+// ids, nothing seen yet) or more than `at_most` ids were handed out (the
+// caller walks every job instead).
+std::optional<std::vector<IdRange>> new_ids_to_look_up(uint32_t seen_high, uint32_t next,
+                                                       uint32_t first_job_id, uint32_t max_job_id,
+                                                       uint64_t at_most);
 
 class JobWatch {
  public:

@@ -30,10 +30,14 @@ std::string_view reason_name(PendingReason r) {
   return "?";
 }
 
+uint32_t starve_after_seconds(const PlancConfig& cfg, TierId tier) {
+  const Tier& t = cfg.tiers.tier(tier);
+  return t.starve_after_seconds ? t.starve_after_seconds : cfg.starvation_threshold_seconds;
+}
+
 bool is_starving(const PlancConfig& cfg, const PendingJob& job, time_t now) {
   const Tier& t = cfg.tiers.tier(job.tier);
-  const uint32_t after =
-      t.starve_after_seconds ? t.starve_after_seconds : cfg.starvation_threshold_seconds;
+  const uint32_t after = starve_after_seconds(cfg, job.tier);
   return t.starves_into && reason_counts(job.reason) && job.eligible_since > 0 &&
          now > job.eligible_since && static_cast<uint64_t>(now - job.eligible_since) > after;
 }

@@ -90,6 +90,10 @@ struct Upgrade {
   TierId from, to;  // to: the tier's StarveInto
 };
 
+// How long a job of `tier` may wait before it starves: the tier's
+// StarveAfter, else StarvationThreshold.
+uint32_t starve_after_seconds(const PlancConfig& cfg, TierId tier);
+
 // True when `job` has starved at `now` (see the header comment).
 bool is_starving(const PlancConfig& cfg, const PendingJob& job, time_t now);
 

@@ -4,43 +4,30 @@
 #include <utility>
 
 namespace planc {
-namespace {
-
-uint32_t starve_after(const PlancConfig& cfg, TierId tier) {
-  const Tier& t = cfg.tiers.tier(tier);
-  return t.starve_after_seconds ? t.starve_after_seconds : cfg.starvation_threshold_seconds;
-}
-
-}  // namespace
 
 time_t starvation_due(const PlancConfig& cfg, const PendingJob& job, time_t now,
                       uint64_t cap_gpus) {
-  const time_t after = starve_after(cfg, job.tier);
-  if (is_starving(cfg, job, now)) {
-    // Larger than the free attempts' whole share: it waits in its tier
-    // (common/starvation.h); looked at again as the share may grow.
-    if (job.gpus > cap_gpus) return now + std::min(StarvationQueue::kRecheckSeconds, after + 1);
-    // Starved (but not upgraded yet): due since its threshold passed, so
-    // it keeps its place among the longest waiting.
-    return job.eligible_since + after + 1;
-  }
-  if (!reason_counts(job.reason) || job.eligible_since <= 0)
+  const time_t after = starve_after_seconds(cfg, job.tier);
+  // Held back by its own reason, or starved but larger than the free
+  // attempts' whole share (it waits in its tier: common/starvation.h):
+  // looked at again a while on.
+  if (!reason_counts(job.reason) || job.eligible_since <= 0 ||
+      (job.gpus > cap_gpus && is_starving(cfg, job, now)))
     return now + std::min(StarvationQueue::kRecheckSeconds, after + 1);
-  // is_starving: more than StarveAfter seconds after its eligible time.
+  // is_starving: more than StarveAfter seconds after its eligible time.  A
+  // job that has starved but was not upgraded stays due at that time, so it
+  // keeps its place among the longest waiting.
   return job.eligible_since + after + 1;
 }
 
 time_t starvation_due_running(const PlancConfig& cfg, TierId tier, time_t now) {
-  return now + static_cast<time_t>(starve_after(cfg, tier)) + 1;
+  return now + static_cast<time_t>(starve_after_seconds(cfg, tier)) + 1;
 }
 
 bool StarvationQueue::walk_due(time_t now, uint32_t next_id, uint32_t first_job_id,
                                uint32_t max_job_id) const {
   if (!known_ || now < last_walk_ || now - last_walk_ >= kWalkSeconds) return true;
-  if (next_id < first_job_id || next_id >= max_job_id || seen_high_ < first_job_id ||
-      seen_high_ >= max_job_id)
-    return true;
-  return id_count(new_id_ranges(seen_high_, next_id, first_job_id, max_job_id)) > kMaxNewIds;
+  return !new_ids_to_look_up(seen_high_, next_id, first_job_id, max_job_id, kMaxNewIds);
 }
 
 std::vector<IdRange> StarvationQueue::new_ids(uint32_t next_id, uint32_t first_job_id,
@@ -49,12 +36,12 @@ std::vector<IdRange> StarvationQueue::new_ids(uint32_t next_id, uint32_t first_j
 }
 
 void StarvationQueue::walked(time_t now, uint32_t next_id, const std::vector<Entry>& jobs,
-                             std::vector<uint32_t> marked) {
+                             const std::vector<uint32_t>& marked) {
   by_due_.clear();
   due_of_.clear();
   due_of_.reserve(jobs.size());
   for (const Entry& e : jobs) schedule(e.job_id, e.due);
-  marked_ = std::set<uint32_t>(marked.begin(), marked.end());
+  marked_now(marked);
   known_ = true;
   last_walk_ = now;
   looked(next_id);

@@ -85,7 +85,7 @@ class StarvationQueue {
   // After a walk at `now` that read slurmctld's next job id `next_id`:
   // the starving tiers' jobs and the marked jobs it saw.
   void walked(time_t now, uint32_t next_id, const std::vector<Entry>& jobs,
-              std::vector<uint32_t> marked);
+              const std::vector<uint32_t>& marked);
   // The next scan walks (planc.conf changed: the due times are stale).
   void forget() { known_ = false; }
   // After a scan without a walk: every id below `next_id` has been seen.
@@ -104,6 +104,8 @@ class StarvationQueue {
   // Free attempts.
   void mark(uint32_t job_id) { marked_.insert(job_id); }
   void unmark(uint32_t job_id) { marked_.erase(job_id); }
+  // Every job that carries the mark now (what a scan saw).
+  void marked_now(const std::vector<uint32_t>& ids) { marked_ = {ids.begin(), ids.end()}; }
   const std::set<uint32_t>& marked() const { return marked_; }
 
   size_t size() const { return due_of_.size(); }

@@ -172,13 +172,9 @@ void starvation_scan(Controller& c) {
       q.schedule(j.job_id, planc::starvation_due(cfg, j, now, share.cap_gpus));
     for (const auto& [id, tier] : f.running)
       q.schedule(id, planc::starvation_due_running(cfg, tier, now));
-    // Marked jobs no longer pending or running (or no longer marked) leave.
-    for (auto it = q.marked().begin(); it != q.marked().end();) {
-      const uint32_t id = *it++;
-      if (std::find(f.marked_ids.begin(), f.marked_ids.end(), id) == f.marked_ids.end())
-        q.unmark(id);
-    }
-    for (uint32_t id : f.marked_ids) q.mark(id);
+    // The marked jobs were all looked up (those no longer pending or
+    // running, or no longer marked, leave; new ones were among the ids).
+    q.marked_now(f.marked_ids);
     q.looked(ids.next);
   }
   std::vector<planc::Upgrade> todo = planc::select_upgrades(cfg, f.starvable, now, share);
