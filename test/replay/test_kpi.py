@@ -134,6 +134,52 @@ def test_the_greedy_ceiling_keeps_submission_order_among_jobs_that_fit():
     assert kpi.greedy_ceiling(w, 1, 0, 11) == pytest.approx(11 / 11)
 
 
+def test_the_ceiling_on_the_same_nodes_never_splits_a_job_a_node_could_hold():
+    # Two nodes of 8: three 5-GPU jobs fit the pool of 16 at once, the
+    # nodes only two at a time.
+    w = [{"submit": 0, "duration": 10, "gpus": 5}] * 3
+    assert kpi.greedy_ceiling(w, 16, 0, 10) == pytest.approx(15 / 16)
+    assert kpi.greedy_ceiling(w, 16, 0, 10, gpus_per_node=8) == pytest.approx(10 / 16)
+    # Best fit: the 3-GPU job goes beside the 5-GPU one, so the 8-GPU job
+    # that follows finds a whole node.
+    w = [{"submit": 0, "duration": 10, "gpus": 5}, {"submit": 1, "duration": 10, "gpus": 3},
+         {"submit": 2, "duration": 10, "gpus": 8}]
+    assert kpi.greedy_ceiling(w, 16, 0, 10, gpus_per_node=8) == pytest.approx(
+        (5 * 10 + 3 * 9 + 8 * 8) / 160)
+    # 16 GPUs take two whole nodes: one GPU busy on each node holds it back
+    # until one of them ends.
+    w = [{"submit": 0, "duration": 4, "gpus": 1}, {"submit": 0, "duration": 4, "gpus": 7},
+         {"submit": 0, "duration": 6, "gpus": 1}, {"submit": 1, "duration": 10, "gpus": 16}]
+    # 0-4: 1+7 on one node, 1 on the other; the 16-GPU job waits for both
+    # nodes to be empty (6) and runs 6-16; [0, 10] holds 8*4 + 6 + 16*4.
+    assert kpi.greedy_ceiling(w, 16, 0, 10, gpus_per_node=8) == pytest.approx(
+        (8 * 4 + 6 + 16 * 4) / 160)
+
+
+def test_start_lateness_is_from_the_later_of_eligibility_and_the_last_end_on_its_nodes():
+    def start(t, nodes, eligible, gpus, by):
+        return {"kind": "start", "time": t, "nodes": nodes, "eligible": eligible, "gpus": gpus,
+                "by": by}
+    events = [
+        start(0, ["a"], 0, 8, "main"),                # starts at once: 0
+        start(1, ["b"], 1, 4, "main"),
+        {"kind": "free", "time": 10, "nodes": ["a"]},  # a's job ends at 10
+        start(13, ["a"], 5, 2, "backfill"),           # could at 10 (eligible 5): 3 s
+        start(14, ["a"], 12, 1, "backfill"),          # eligible at 12: 2 s
+        {"kind": "free", "time": 20, "nodes": ["b"]},
+        start(21, ["a", "b"], 0, 16, "main"),         # b freed last, at 20: 1 s
+        start(22, ["b"], None, 1, "main"),            # eligibility unknown: not judged
+        start(99, ["b"], 0, 1, "main"),               # after the window
+    ]
+    k = kpi.start_lateness(events, 0, 50)
+    assert k["by"]["main"] == {"starts": 3, "mean_s": pytest.approx(1 / 3), "max_s": 1.0}
+    assert k["by"]["backfill"] == {"starts": 2, "mean_s": pytest.approx(2.5), "max_s": 3.0}
+    assert k["gpu_seconds"] == pytest.approx(3 * 2 + 2 * 1 + 1 * 16)
+    # A window that starts later judges only the starts inside it.
+    assert kpi.start_lateness(events, 12, 50)["gpu_seconds"] == pytest.approx(3 * 2 + 2 + 16)
+    assert kpi.start_lateness([], 0, 1) == {"by": {}, "gpu_seconds": 0.0}
+
+
 def g(tier, eligible, first_start=None, held="", refused=False):
     return {"tier": tier, "eligible": eligible, "first_start": first_start, "held_reason": held,
             "refused": refused}

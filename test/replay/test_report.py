@@ -392,3 +392,33 @@ def test_infusion_mode_counts_replicas_in_utilisation_and_operations_per_hour(tm
     assert k["infusion_gave_back_per_hour_max"] == 2 and k["infusion_ops_total"] == 5
     # A run without infusion has no such figures.
     assert plain["utilisation_replicas"] is None and plain["infusion_ops_per_hour_max"] is None
+
+
+def test_start_lateness_from_slurmctlds_log_in_its_own_time_zone(basic):
+    # slurmctld logs local time: here 8 hours ahead of the run's epoch
+    # seconds (wall 1000 = 08:16:40); the submissions give the offset.
+    log = """[1970-01-01T08:16:40.000] _slurm_rpc_submit_batch_job: JobId=11 InitPrio=1 usec=1
+[1970-01-01T08:16:40.500] sched: Allocate JobId=11 NodeList=gpu[1-2] #CPUs=6 Partition=gpu
+[1970-01-01T08:16:50.000] sched/backfill: _start_job: Started JobId=14 in gpu on gpu1
+[1970-01-01T08:18:20.000] Requeuing JobId=14
+[1970-01-01T08:18:22.000] sched: Allocate JobId=12 NodeList=gpu1 #CPUs=12 Partition=gpu
+not a log line
+"""
+    with open(os.path.join(basic, "slurmctld.log"), "w") as f:
+        f.write(log)
+    k = R.compute_kpis(R.Run(basic))
+    # Job 11: eligible 1000, started 1000.5 (0.5 s); 14: eligible 1000,
+    # gpu1 never used before, started 1010 (10 s); 12: eligible 1095, gpu1
+    # given back at 1100 by 14's requeue, started 1102 (2 s).
+    assert k["start_lateness_main_s"] == pytest.approx((0.5 + 2) / 2)
+    assert k["start_lateness_backfill_s"] == pytest.approx(10)
+    assert k["start_lateness_share"] == pytest.approx((0.5 * 2 + 10 * 2 + 2 * 4) / (8 * 360))
+    # Without the log: no figure.
+    os.remove(os.path.join(basic, "slurmctld.log"))
+    assert R.compute_kpis(R.Run(basic))["start_lateness_share"] is None
+
+
+def test_slurm_host_lists_expand_as_slurm_writes_them():
+    assert R.expand_nodes("gpu[1-2,05],cpu3") == ["gpu1", "gpu2", "gpu05", "cpu3"]
+    assert R.expand_nodes("gpu[09-11]") == ["gpu09", "gpu10", "gpu11"]
+    assert R.expand_nodes("gpu7") == ["gpu7"]

@@ -45,11 +45,24 @@ Utilisation (target >= 80%, alert < 60%): `utilisation`, beside
     infused replicas apart; goodput leaves out preempted runs (their work
     is lost or, for a checkpointing P2 job, its runtime since the last
     checkpoint) and the replicas.  The ceiling is what an ideal greedy
-    scheduler reaches with the same workload over the same window: every
-    job started in submission order as soon as its GPUs are free (one
-    that fits may pass one that does not), no preemption, no overhead.  A
+    scheduler reaches with the same workload over the same window on the
+    same nodes: every job started in submission order as soon as GPUs on
+    nodes that can hold it are free (one that fits may pass one that does
+    not), no preemption, no overhead.  The same greedy over one pool of
+    GPUs, where a job may straddle nodes, is shown beside it (a looser
+    ceiling).  A
     window that starts empty and cuts long jobs cannot reach 100%; the
     ceiling says how much it can.
+
+Start lateness (not a section 9 KPI; it explains the gap to the ceiling):
+    `start_lateness`.  How long after a job could start slurmctld started
+    it, in wall seconds: from the later of its eligibility and the last
+    job end on the nodes it got to its start, by which scheduler started
+    it (the main pass or backfill), and the GPU-seconds that kept idle.
+    The GPUs may have been free before that last end, so it is a lower
+    bound.  Scheduler passes are wall seconds and do not scale with time
+    compression: at k = 240 one second of it is four trace minutes of idle
+    GPUs, which the ideal greedy ceiling never pays.
 
 Idle-threshold triggers ("stable", alert on frequent change):
     `ops_per_hour`: capacity infusion's operations per hour against the
@@ -237,11 +250,28 @@ def utilisation(segments: Iterable[Dict], replicas: Iterable[Dict], gpus_total: 
     }
 
 
+def _place(free: List[float], gpus: float, per_node: float) -> Optional[List[tuple]]:
+    """Where a job of `gpus` goes on nodes with `free` GPUs each, as the
+    replay asks for it (planc-replay's sbatch_args: up to a node's GPUs on
+    one node, more on whole-node shares of ceil(gpus / per_node) nodes):
+    the fullest nodes that fit (best fit), or None."""
+    k = max(1, math.ceil(gpus / per_node - 1e-9))
+    each = gpus / k if k == 1 else math.ceil(gpus / k)
+    fit = sorted((f, n) for n, f in enumerate(free) if f >= each - 1e-9)
+    if len(fit) < k:
+        return None
+    return [(n, each) for _, n in fit[:k]]
+
+
 def greedy_ceiling(workload: Iterable[Dict], gpus_total: float, start: float,
-                   end: float) -> Optional[float]:
+                   end: float, gpus_per_node: Optional[float] = None) -> Optional[float]:
     """workload: {"submit", "duration", "gpus"}, trace seconds from the
     window's clock.  The utilisation over [start, end] of the ideal greedy
-    schedule (module comment).  A job larger than the pool never runs."""
+    schedule (module comment).  With `gpus_per_node`, on the same nodes as
+    the cluster (gpus_total / gpus_per_node of them, each job placed as the
+    replay asks for it, best fit); without, on one pool of GPUs (a job may
+    straddle nodes: a looser ceiling).  A job larger than the pool never
+    runs."""
     import heapq
     from collections import deque
     jobs = sorted((float(w["submit"]), float(w["duration"]), float(w["gpus"]))
@@ -249,8 +279,11 @@ def greedy_ceiling(workload: Iterable[Dict], gpus_total: float, start: float,
     pool = gpus_total * (end - start)
     if pool <= 0:
         return None
-    free, used, i, eps = float(gpus_total), 0.0, 0, 1e-9
-    running: List[tuple] = []  # (end, gpus)
+    nodes = int(round(gpus_total / gpus_per_node)) if gpus_per_node else 1
+    per_node = float(gpus_per_node) if gpus_per_node else float(gpus_total)
+    free = [per_node] * nodes
+    used, i, eps = 0.0, 0, 1e-9
+    running: List[tuple] = []  # (end, order, [(node, gpus)])
     # Waiting jobs by size, each in submission order: the earliest
     # submitted job that fits is the next to start, as a scan of one queue
     # in submission order would find it.
@@ -263,19 +296,27 @@ def greedy_ceiling(workload: Iterable[Dict], gpus_total: float, start: float,
             break
         now = nxt
         while running and running[0][0] <= now + eps:
-            free += heapq.heappop(running)[1]
+            for n, g in heapq.heappop(running)[2]:
+                free[n] += g
         while i < len(jobs) and jobs[i][0] <= now + eps:
             waiting.setdefault(jobs[i][2], deque()).append((order, jobs[i][1]))
             order += 1
             i += 1
+        most = max(free)
         while True:
-            fits = [(q[0][0], g) for g, q in waiting.items() if q and g <= free + eps]
-            if not fits:
+            place = None
+            for _, g in sorted((q[0][0], g) for g, q in waiting.items()
+                               if q and g <= sum(free) + eps and min(g, per_node) <= most + eps):
+                place = _place(free, g, per_node)
+                if place:
+                    break
+            if not place:
                 break
-            g = min(fits)[1]
-            duration = waiting[g].popleft()[1]
-            free -= g
-            heapq.heappush(running, (now + duration, g))
+            o, duration = waiting[g].popleft()
+            for n, share in place:
+                free[n] -= share
+            most = max(free)
+            heapq.heappush(running, (now + duration, o, place))
             used += g * _clip(now, now + duration, start, end)
     return used / pool
 
@@ -307,6 +348,35 @@ def sla(jobs: Iterable[Dict], tier: str, sla_seconds: float, end: float) -> Dict
     counted = met + missed
     return {"attainment": met / counted if counted else None, "met": met, "missed": missed,
             "held_back": held, "no_verdict": too_late, "counted": counted}
+
+
+# --- start lateness --------------------------------------------------------------
+
+
+def start_lateness(events: Iterable[Dict], start: float, end: float) -> Dict[str, object]:
+    """events, wall seconds, in log order: {"kind": "start", "time", "nodes",
+    "eligible" (None: unknown, the start is not judged), "gpus", "by"
+    ("main" or "backfill")} or {"kind": "free", "time", "nodes"} (a job
+    ended or was requeued: its nodes' GPUs were given back).  Starts in
+    [start, end] are judged (module comment).  Per scheduler: starts,
+    mean and max lateness in seconds; and the GPU-seconds they cost."""
+    last_free: Dict[str, float] = {}
+    by: Dict[str, List[float]] = {}
+    gpu_seconds = 0.0
+    for e in events:
+        if e["kind"] == "free":
+            for n in e["nodes"]:
+                last_free[n] = e["time"]
+            continue
+        if e.get("eligible") is None or not start <= e["time"] <= end:
+            continue
+        could = max([e["eligible"]] + [last_free.get(n, -math.inf) for n in e["nodes"]])
+        late = max(0.0, e["time"] - could)
+        by.setdefault(e["by"], []).append(late)
+        gpu_seconds += late * e["gpus"]
+    return {"by": {k: {"starts": len(v), "mean_s": sum(v) / len(v), "max_s": max(v)}
+                   for k, v in sorted(by.items())},
+            "gpu_seconds": gpu_seconds}
 
 
 # --- idle-threshold triggers ----------------------------------------------------

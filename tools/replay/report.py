@@ -118,6 +118,7 @@ import gzip
 import json
 import math
 import os
+import re
 import sys
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -615,14 +616,103 @@ def section9(run: Run, out: Dict[str, object], jobs_by_id: Dict[str, Dict]) -> N
     out["goodput"] = u["goodput"]
     # The workload as the replay runs it: a fractional GPU on a whole card,
     # no job shorter than one wall second (planc-replay's sbatch_args).
-    ceiling = (kpi.greedy_ceiling([{"submit": w.submit, "duration": max(w.duration, run.k),
-                                    "gpus": math.ceil(w.gpus) if w.gpus > 0 else 0}
-                                   for w in workload], run.gpus_total,
-                                  run.trace(run.t0 - run.origin), run.trace(run.end - run.origin))
+    # The ceiling on the run's nodes (run.json's "nodes"; a run without it
+    # gets the pool's), and the looser one over a single pool of GPUs.
+    as_run = [{"submit": w.submit, "duration": max(w.duration, run.k),
+               "gpus": math.ceil(w.gpus) if w.gpus > 0 else 0} for w in workload or []]
+    window = (run.trace(run.t0 - run.origin), run.trace(run.end - run.origin))
+    nodes = run.meta.get("nodes")
+    ceiling = (kpi.greedy_ceiling(as_run, run.gpus_total, *window,
+                                  gpus_per_node=run.gpus_total / nodes if nodes else None)
                if workload else None)
     out["utilisation_ceiling"] = ceiling
+    out["utilisation_ceiling_pool"] = (kpi.greedy_ceiling(as_run, run.gpus_total, *window)
+                                       if workload else None)
     # The ceiling is the workload's: replicas (shown apart) are not in it.
     out["utilisation_of_ceiling"] = u["workload"] / ceiling if ceiling else None
+    # What slurmctld's own pace cost: the start lateness (kpi.start_lateness).
+    late = start_lateness(run)
+    by = late["by"] if late else {}
+    for who in ("main", "backfill"):
+        out[f"start_lateness_{who}_s"] = by[who]["mean_s"] if who in by else None
+    out["start_lateness_share"] = (late["gpu_seconds"] / (run.gpus_total * (run.end - run.t0))
+                                   if late else None)
+
+
+# --- slurmctld's log: when each job could start and when it did ------------
+
+_LOG_LINE = re.compile(r"\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)\] (.*)")
+_LOG_EVENTS = (
+    ("start", "main", re.compile(r"^sched: Allocate JobId=(\d+) NodeList=(\S+)")),
+    ("start", "backfill", re.compile(r"^sched/backfill: _start_job: Started JobId=(\d+) in \S+ on (\S+)")),
+    ("free", None, re.compile(r"^_job_complete: JobId=(\d+) done")),
+    ("free", None, re.compile(r"^Requeuing JobId=(\d+)")),
+    ("submit", None, re.compile(r"^_slurm_rpc_submit_batch_job: JobId=(\d+) ")),
+)
+
+
+def expand_nodes(node_list: str) -> List[str]:
+    """Slurm's host list as slurmctld logs it: gpu3, gpu[1-2,5]."""
+    out: List[str] = []
+    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]*)\])?", node_list):
+        prefix, ranges = m.group(1), m.group(2)
+        if ranges is None:
+            out.append(prefix)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            width = len(lo)
+            for i in range(int(lo), int(hi or lo) + 1):
+                out.append(f"{prefix}{i:0{width}d}")
+    return out
+
+
+def start_lateness(run: Run) -> Optional[Dict[str, object]]:
+    """kpi.start_lateness over the run's slurmctld.log(.gz), or None when
+    it was not kept.  The log's times are slurmctld's local time; the
+    offset to the run's epoch seconds is taken from the submissions both
+    record (jobs.csv's submit), to the nearest quarter hour."""
+    path = os.path.join(run.dir, "slurmctld.log")
+    opener = open
+    if not os.path.exists(path):
+        path += ".gz"
+        opener = gzip.open
+    if not os.path.exists(path):
+        return None
+    import datetime
+    jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
+    events: List[Dict] = []
+    nodes_of: Dict[str, List[str]] = {}
+    offset = None
+    with opener(path, "rt", errors="replace") as f:
+        for line in f:
+            m = _LOG_LINE.match(line)
+            if not m:
+                continue
+            for kind, by, pat in _LOG_EVENTS:
+                e = pat.match(m.group(2))
+                if not e:
+                    continue
+                t = datetime.datetime.fromisoformat(m.group(1)).replace(
+                    tzinfo=datetime.timezone.utc).timestamp()
+                jid = e.group(1)
+                if kind == "submit":
+                    if offset is None and jid in jobs and jobs[jid].get("submit"):
+                        offset = round((jobs[jid]["submit"] - t) / 900.0) * 900.0
+                elif kind == "start":
+                    nodes_of[jid] = expand_nodes(e.group(2))
+                    j = jobs.get(jid)
+                    events.append({"kind": "start", "time": t, "nodes": nodes_of[jid], "by": by,
+                                   "eligible": j["eligible"] if j else None,
+                                   "gpus": math.ceil(j["gpus"]) if j and j["gpus"] else 0})
+                elif jid in nodes_of:
+                    events.append({"kind": "free", "time": t, "nodes": nodes_of[jid]})
+                break
+    if offset is None:
+        return None
+    for e in events:
+        e["time"] += offset
+    return kpi.start_lateness(events, run.t0, run.end)
 
 
 # --- consistency -----------------------------------------------------------
@@ -811,11 +901,19 @@ KPIS = (
     ("p2_preempt_24h_max", "Preemptions per P2 job in 24 h, max", "count", ("<=", 3), (">", 5)),
     ("p2_preempt_24h_p99", "Preemptions per P2 job in 24 h, p99", "count", ("<=", 3), (">", 5)),
     ("utilisation", "GPU utilisation", "ratio", (">=", 0.80), ("<", 0.60)),
-    ("utilisation_ceiling", "GPU utilisation an ideal greedy schedule reaches (ceiling)",
-     "ratio", None, None),
+    ("utilisation_ceiling", "GPU utilisation an ideal greedy schedule reaches on the same nodes "
+     "(ceiling)", "ratio", None, None),
+    ("utilisation_ceiling_pool", "The same over one pool of GPUs, jobs straddling nodes (looser; "
+     "not the ceiling)", "ratio", None, None),
     ("utilisation_of_ceiling", "GPU utilisation by the workload's jobs over the ceiling", "ratio",
      None, None),
     ("goodput", "Goodput (without preempted runs and replicas)", "ratio", None, None),
+    ("start_lateness_share", "GPU time idle before slurmctld started a job that could start "
+     "(start lateness, share of the pool)", "ratio", None, None),
+    ("start_lateness_main_s", "Start lateness, main scheduler, mean (wall seconds)", "number",
+     None, None),
+    ("start_lateness_backfill_s", "Start lateness, backfill, mean (wall seconds)", "number",
+     None, None),
     ("utilisation_workload", "GPU utilisation, the workload's jobs alone", "ratio", None, None),
     ("utilisation_replicas", "GPU utilisation, infused replicas", "ratio", None, None),
     ("infusion_ops_per_hour_max", "Infusion grow/shrink operations, busiest trace hour "
