@@ -122,12 +122,40 @@ uint32_t run_minutes(time_t started, time_t now) {
 }
 
 uint32_t victim_rank(const VictimFacts& v) {
-  // [31:30] victim class, [29:22] preemptions in window, [21:0] run minutes.
-  // Class 0 is kInGraceRank's alone.
+  // [31:26] node crowd + 1, [25:24] victim class, [23:16] preemptions in
+  // the window, [15:0] run minutes (45 days).  0 is kInGraceRank's alone.
+  uint32_t crowd = std::min<uint32_t>(v.node_victims, 62) + 1;
   uint32_t tier_class = std::clamp<uint32_t>(v.victim_class, 1, 3);
   uint32_t count = std::min<uint32_t>(v.recent_preemptions, 0xff);
-  uint32_t minutes = std::min<uint32_t>(v.run_minutes, 0x3fffff);
-  return (tier_class << 30) | (count << 22) | minutes;
+  uint32_t minutes = std::min<uint32_t>(v.run_minutes, 0xffff);
+  return (crowd << 26) | (tier_class << 24) | (count << 16) | minutes;
+}
+
+void NodeCrowding::begin(uint32_t preemptor, bool whole_nodes, size_t node_count) {
+  for (uint32_t n : touched_)
+    if (n < per_node_.size()) per_node_[n] = 0;
+  touched_.clear();
+  preemptor_ = preemptor;
+  whole_nodes_ = whole_nodes;
+  open_ = true;
+  if (whole_nodes && per_node_.size() != node_count) per_node_.assign(node_count, 0);
+}
+
+void NodeCrowding::add(const std::vector<uint32_t>& nodes) {
+  if (!whole_nodes_ || !open_) return;
+  for (uint32_t n : nodes) {
+    if (n >= per_node_.size()) continue;
+    if (!per_node_[n]) touched_.push_back(n);
+    if (per_node_[n] < UINT16_MAX) ++per_node_[n];
+  }
+}
+
+uint32_t NodeCrowding::crowd(const std::vector<uint32_t>& nodes) const {
+  if (!whole_nodes_) return 0;
+  uint32_t most = 0;
+  for (uint32_t n : nodes)
+    if (n < per_node_.size()) most = std::max<uint32_t>(most, per_node_[n]);
+  return most;
 }
 
 bool Entitlement::allows(const Tier& t) const {

@@ -126,6 +126,47 @@ struct VictimFacts {
   uint8_t victim_class;         // the tier's VictimClass (1: taken first)
   uint32_t recent_preemptions;  // in the cap's window
   uint32_t run_minutes;         // run_minutes(): the work at risk
+  // For a preemptor that needs whole nodes: the candidates on the most
+  // crowded of this candidate's nodes (NodeCrowding); 0 otherwise.
+  uint32_t node_victims = 0;
+};
+
+// Which nodes a preemptor that needs whole nodes clears.  Slurm
+// (select/cons_tres) takes the candidates away one at a time in the
+// victim order until the preemptor fits, then preempts every candidate on
+// the nodes it picked: for a job that needs whole nodes, every candidate
+// on the first nodes to come free.  In the tier order alone those are
+// whichever nodes the P3 runs taken first happen to empty, often nodes
+// packed with one-GPU runs (on the steady-state replay, one 16-GPU P0 job
+// took 7 P3 runs at once while nodes held by one 8-GPU job each stood by).
+// So for such a preemptor the candidates on the least crowded nodes come
+// first, and the tier order decides among nodes equally crowded.  Counted
+// per preemptor from the candidates Slurm offers (preemptable(), in one
+// pass over its job list, then sorted with the victim rank).  Jobs that
+// are no candidates (a guaranteed job) are not counted: a node holding one
+// never comes free, and Slurm moves on to the next.
+class NodeCrowding {
+ public:
+  // A new round of candidates for `preemptor`, on a cluster of
+  // `node_count` nodes; nothing is counted unless it needs whole nodes.
+  void begin(uint32_t preemptor, bool whole_nodes, size_t node_count);
+  // Whether the candidates being offered are still `preemptor`'s round
+  // (false once they were sorted: the next offer starts a new round).
+  bool collecting_for(uint32_t preemptor) const { return open_ && preemptor_ == preemptor; }
+  bool whole_nodes() const { return whole_nodes_; }
+  // A candidate on `nodes` (node indexes).
+  void add(const std::vector<uint32_t>& nodes);
+  // The round's candidates are being sorted.
+  void close() { open_ = false; }
+  // Candidates on the most crowded of `nodes` (0 when not counting).
+  uint32_t crowd(const std::vector<uint32_t>& nodes) const;
+
+ private:
+  uint32_t preemptor_ = 0;
+  bool whole_nodes_ = false;
+  bool open_ = false;
+  std::vector<uint16_t> per_node_;
+  std::vector<uint32_t> touched_;  // nodes counted this round (a cheap reset)
 };
 
 // Whole minutes a job that started at `started` has run at `now`, counted
@@ -142,6 +183,8 @@ uint32_t run_minutes(time_t started, time_t now);
 // ranks a job already in its grace period 0, before all of these, so one
 // preemptor does not start a second preemption while the first runs out.)
 // The order:
+//   0. for a preemptor that needs whole nodes, fewer candidates on the
+//      candidate's most crowded node first (NodeCrowding);
 //   1. the tier's VictimClass (planc.conf; the policy's: P3 1, P2 2,
 //      guaranteed tiers 3, never offered as they are never preempted);
 //   2. fewer preemptions in the window first (spreads preemption so no

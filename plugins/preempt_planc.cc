@@ -66,6 +66,25 @@ bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
   return true;
 }
 
+// A running candidate Slurm is offered for `preemptor`: counted on its
+// nodes when the preemptor needs whole nodes (common/preempt_policy.h
+// NodeCrowding).  Slurm offers one preemptor's candidates in one pass over
+// its job list, then sorts them (get_data PREEMPT_DATA_PRIO closes the
+// round); the first candidate offered again also starts a new round (a
+// single candidate is never compared).  Pending jobs are skipped at once:
+// the job queue's sort asks preemptable() about pairs of pending jobs.
+// Under slurmctld's job and node locks.
+void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
+  if (!IS_JOB_RUNNING(preemptee)) return;
+  planc::NodeCrowding& c = g->crowding;
+  if (!c.collecting_for(preemptor->job_id) || preemptee->job_id == g->crowding_first) {
+    c.begin(preemptor->job_id, planc::slurm::needs_whole_nodes(preemptor),
+            planc::slurm::node_count());
+    g->crowding_first = preemptee->job_id;
+  }
+  if (c.whole_nodes()) c.add(planc::slurm::node_indexes(preemptee));
+}
+
 }  // namespace
 
 PLANC_EXPORT int init(void) {
@@ -153,8 +172,10 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
       if (g->tracker.capped(preemptee->job_id, now)) return false;
     }
     if (pol.config->p3_preempt_max_percent &&
-        planc::slurm::counted_tier_of(preemptee, ee->id) == TierId::kP3)
-      return within_p3_budget(preemptor->job_id, er->preemptible, now);
+        planc::slurm::counted_tier_of(preemptee, ee->id) == TierId::kP3 &&
+        !within_p3_budget(preemptor->job_id, er->preemptible, now))
+      return false;
+    note_candidate(preemptor, preemptee);
     return true;
   } catch (...) {
     return false;  // when in doubt, preempt nothing
@@ -184,6 +205,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         return SLURM_SUCCESS;
       }
       case PREEMPT_DATA_PRIO: {
+        g->crowding.close();
         // A job already in its grace period comes first, so Slurm waits for
         // it instead of preempting yet another job for the same preemptor.
         if (job_ptr->preempt_time) {
@@ -200,6 +222,8 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
               victim_class, planc::slurm::counted_tier_of(job_ptr, t->id) == TierId::kP3, true,
               pol.config->tiers.tier(TierId::kP2).victim_class);
         planc::VictimFacts v{victim_class, 0, 0};
+        if (g->crowding.whole_nodes())
+          v.node_victims = g->crowding.crowd(planc::slurm::node_indexes(job_ptr));
         v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
         if (g->in_ledger.maybe_contains(job_ptr->job_id)) {
           planc::MutexLock l(g->mu);

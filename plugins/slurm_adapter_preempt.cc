@@ -6,6 +6,7 @@
 #include "plugins/slurm_compat.h"
 
 #include <algorithm>
+#include <cstring>
 #include <ctime>
 
 #include "common/job_marks.h"
@@ -169,6 +170,57 @@ bool jobs_loaded() { return planc_jobs_loaded(); }
 bool started_as_backup() { return planc_started_as_backup(); }
 
 bool requeues(const job_record_t* job) { return job->details && job->details->requeue; }
+
+namespace {
+
+// The GPUs of gres list `gres` named "gpu": per node asked (gres_job_state_t)
+// or the node's own (gres_node_state_t).
+uint64_t gpus_per_node_asked(List gres) {
+  uint64_t n = 0;
+  if (!gres) return 0;
+  ListIterator it = list_iterator_create(gres);
+  while (auto* g = static_cast<gres_state_t*>(list_next(it)))
+    if (g->gres_name && std::strcmp(g->gres_name, "gpu") == 0 && g->gres_data)
+      n = std::max<uint64_t>(n, static_cast<const gres_job_state_t*>(g->gres_data)->gres_per_node);
+  list_iterator_destroy(it);
+  return n;
+}
+
+uint64_t gpus_of_node(const node_record_t* node) {
+  uint64_t n = 0;
+  if (!node || !node->gres_list) return 0;
+  ListIterator it = list_iterator_create(node->gres_list);
+  while (auto* g = static_cast<gres_state_t*>(list_next(it)))
+    if (g->gres_name && std::strcmp(g->gres_name, "gpu") == 0 && g->gres_data)
+      n += static_cast<const gres_node_state_t*>(g->gres_data)->gres_cnt_avail;
+  list_iterator_destroy(it);
+  return n;
+}
+
+}  // namespace
+
+bool needs_whole_nodes(const job_record_t* job) {
+  if (!job) return false;
+  if (job->details && (job->details->whole_node & WHOLE_NODE_REQUIRED)) return true;
+  const uint64_t asked = gpus_per_node_asked(job->gres_list_req);
+  if (!asked || !job->part_ptr || !job->part_ptr->node_bitmap) return false;
+  uint64_t largest = 0;
+  for (int i = 0; i < node_record_count; i++)
+    if (bit_test(job->part_ptr->node_bitmap, i))
+      largest = std::max(largest, gpus_of_node(node_record_table_ptr[i]));
+  return largest && asked >= largest;
+}
+
+std::vector<uint32_t> node_indexes(const job_record_t* job) {
+  std::vector<uint32_t> out;
+  if (!job || !job->node_bitmap) return out;
+  const int last = bit_fls(job->node_bitmap);
+  for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++)
+    if (bit_test(job->node_bitmap, i)) out.push_back(static_cast<uint32_t>(i));
+  return out;
+}
+
+size_t node_count() { return node_record_count > 0 ? static_cast<size_t>(node_record_count) : 0; }
 
 std::optional<bool> requeues(uint32_t job_id) {
   const job_record_t* job = find_job_record(job_id);

@@ -70,6 +70,16 @@ bool started_as_backup();
 bool requeues(const job_record_t* job);
 std::optional<bool> requeues(uint32_t job_id);
 
+// Whether a pending preemptor needs whole nodes: --exclusive, or at least
+// as many GPUs per node as the largest node of its partition has.
+// REQUIRES the job and node read locks.
+bool needs_whole_nodes(const job_record_t* job);
+// The node indexes a running job holds (none when it holds none).
+// REQUIRES the job read lock.
+std::vector<uint32_t> node_indexes(const job_record_t* job);
+// Nodes slurmctld knows (the size of every node bitmap).
+size_t node_count();
+
 // SIGTERM to the job's batch script, as `scancel -b` sends it: Slurm's own
 // grace signal (preempt.c) reaches the job's steps but not the batch
 // script, which is where most jobs trap SIGTERM to checkpoint.  REQUIRES

@@ -385,3 +385,30 @@ def test_spent_p3_budget_keeps_p2_off_p3_and_sends_p0_to_a_p2_victim(c):
         assert m[("planc_p3_preempt_budget_remaining", "")] == 0, m
     finally:
         c.reload_planc_conf([])
+
+
+def test_a_whole_node_p0_clears_the_nodes_with_the_fewest_victims(c):
+    """A 16-GPU P0 job needs two whole nodes.  gpu1 holds eight 1-GPU P3
+    runs, gpu2 and gpu3 one 8-GPU P3 run each, gpu4 a P1 job (never
+    preempted).  The P0 job takes gpu2 and gpu3: two P3 runs preempted,
+    not nine.  The eight small runs started a minute mark after the big
+    ones, so the order by run time alone (shorter first) would clear gpu1
+    first and take all eight."""
+    big = [submit(c, "pcbob", "acct-spot", "p3", 8, "-w", n) for n in ("gpu2", "gpu3")]
+    p1 = submit(c, "pccarol", "acct-api", "p1", 8, "-w", "gpu4")
+    c.wait_for("the 8-GPU jobs to run", lambda: all(running(c, j) for j in big + [p1]),
+               timeout=60)
+    started = max(datetime.datetime.fromisoformat(c.show_job(j)["StartTime"]).timestamp()
+                  for j in big)
+    c.wait_for("the next minute mark", lambda: time.time() // 60 > started // 60, timeout=70)
+    small = [submit(c, "pcbob", "acct-spot", "p3", 1, "-w", "gpu1") for _ in range(8)]
+    c.wait_for("the 1-GPU jobs to run", lambda: all(running(c, j) for j in small), timeout=60)
+    p0 = submit(c, "pcalice", "acct-lease", "p0", 8, "-N2")
+    c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=90)
+    states = {j: c.state(j) for j in big + small + [p1]}
+    print(f"\nwhole-node P0 over crowded nodes: running {submit_to_start(c, p0):.0f} s after "
+          f"submission; P0 on {c.show_job(p0)['NodeList']}; states {states}")
+    assert c.show_job(p0)["NodeList"] == "gpu[2-3]"
+    assert all(states[j] == "RUNNING" for j in small + [p1]), states
+    assert all(states[j] != "RUNNING" for j in big), states
+    assert submit_to_start(c, p0) <= 5, c.show_job(p0)

@@ -411,5 +411,49 @@ TEST(PreemptLedgerTest, UnrecordTakesBackOnePreemption) {
   EXPECT_EQ(l.size(), 0u);
 }
 
+// A preemptor that needs whole nodes: the candidates on the least crowded
+// nodes come first, whatever their tier; the tier order among equals.
+TEST(VictimOrderTest, WholeNodePreemptorsClearTheLeastCrowdedNodesFirst) {
+  const TierTable t = TierTable::defaults();
+  const uint8_t p3 = t.tier(TierId::kP3).victim_class, p2 = t.tier(TierId::kP2).victim_class;
+  // Node 0: seven 1-GPU P3 runs; node 1: one 8-GPU P3 run; node 2: one
+  // 8-GPU P2 run; node 3: one 16-GPU P2 run with node 4.
+  NodeCrowding c;
+  c.begin(42, true, 5);
+  EXPECT_TRUE(c.collecting_for(42));
+  EXPECT_FALSE(c.collecting_for(43));
+  for (int i = 0; i < 7; ++i) c.add({0});
+  c.add({1});
+  c.add({2});
+  c.add({3, 4});
+  EXPECT_EQ(c.crowd({0}), 7u);
+  EXPECT_EQ(c.crowd({1}), 1u);
+  EXPECT_EQ(c.crowd({3, 4}), 1u);
+  c.close();
+  EXPECT_FALSE(c.collecting_for(42));
+  auto rank = [&](uint8_t cls, std::vector<uint32_t> nodes, uint32_t minutes) {
+    return victim_rank({cls, 0, minutes, c.crowd(nodes)});
+  };
+  // The 8-GPU P3 run before the 8-GPU P2 run (tier order among equals),
+  // both before any of the seven, however short their runs.
+  EXPECT_LT(rank(p3, {1}, 500), rank(p2, {2}, 0));
+  EXPECT_LT(rank(p2, {2}, 500), rank(p3, {0}, 0));
+  EXPECT_LT(rank(p2, {3, 4}, 500), rank(p3, {0}, 0));
+  EXPECT_GT(rank(p3, {0}, 0), kInGraceRank);
+  // A new round starts from nothing; a preemptor that does not need whole
+  // nodes counts nothing and keeps the tier order.
+  c.begin(43, false, 5);
+  c.add({0});
+  EXPECT_EQ(c.crowd({0}), 0u);
+  EXPECT_LT(victim_rank({p3, 0, 500, c.crowd({0})}), victim_rank({p2, 0, 0, c.crowd({2})}));
+  c.begin(44, true, 5);
+  EXPECT_EQ(c.crowd({0}), 0u);
+  c.add({0});
+  EXPECT_EQ(c.crowd({0}), 1u);
+  // Nodes outside the table are ignored, not a crash.
+  c.add({99});
+  EXPECT_EQ(c.crowd({99}), 0u);
+}
+
 }  // namespace
 }  // namespace planc
