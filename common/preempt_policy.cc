@@ -131,6 +131,15 @@ uint32_t victim_rank(const VictimFacts& v) {
   return (crowd << 26) | (tier_class << 24) | (count << 16) | minutes;
 }
 
+bool NodeCrowding::offer(uint32_t preemptor, uint32_t candidate,
+                         const std::function<bool()>& whole_nodes, size_t node_count) {
+  if (!collecting_for(preemptor) || candidate == first_) {
+    begin(preemptor, whole_nodes(), node_count);
+    first_ = candidate;
+  }
+  return whole_nodes_;
+}
+
 void NodeCrowding::begin(uint32_t preemptor, bool whole_nodes, size_t node_count) {
   for (uint32_t n : touched_)
     if (n < per_node_.size()) per_node_[n] = 0;
@@ -151,10 +160,8 @@ void NodeCrowding::add(const std::vector<uint32_t>& nodes) {
 }
 
 uint32_t NodeCrowding::crowd(const std::vector<uint32_t>& nodes) const {
-  if (!whole_nodes_) return 0;
   uint32_t most = 0;
-  for (uint32_t n : nodes)
-    if (n < per_node_.size()) most = std::max<uint32_t>(most, per_node_[n]);
+  for (uint32_t n : nodes) most = std::max(most, on_node(n));
   return most;
 }
 

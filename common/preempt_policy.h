@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -147,6 +148,12 @@ struct VictimFacts {
 // never comes free, and Slurm moves on to the next.
 class NodeCrowding {
  public:
+  // Slurm offers running `candidate` for `preemptor`.  A new round starts
+  // when the preemptor changed, the last round was closed, or the round's
+  // first candidate comes again (a single candidate is never sorted);
+  // `whole_nodes` is asked then.  Whether to add() the candidate's nodes.
+  bool offer(uint32_t preemptor, uint32_t candidate, const std::function<bool()>& whole_nodes,
+             size_t node_count);
   // A new round of candidates for `preemptor`, on a cluster of
   // `node_count` nodes; nothing is counted unless it needs whole nodes.
   void begin(uint32_t preemptor, bool whole_nodes, size_t node_count);
@@ -160,9 +167,14 @@ class NodeCrowding {
   void close() { open_ = false; }
   // Candidates on the most crowded of `nodes` (0 when not counting).
   uint32_t crowd(const std::vector<uint32_t>& nodes) const;
+  // Candidates on node `node` (0 when not counting).
+  uint32_t on_node(uint32_t node) const {
+    return whole_nodes_ && node < per_node_.size() ? per_node_[node] : 0;
+  }
 
  private:
   uint32_t preemptor_ = 0;
+  uint32_t first_ = 0;  // the round's first candidate
   bool whole_nodes_ = false;
   bool open_ = false;
   std::vector<uint16_t> per_node_;

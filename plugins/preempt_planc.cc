@@ -69,20 +69,21 @@ bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
 // A running candidate Slurm is offered for `preemptor`: counted on its
 // nodes when the preemptor needs whole nodes (common/preempt_policy.h
 // NodeCrowding).  Slurm offers one preemptor's candidates in one pass over
-// its job list, then sorts them (get_data PREEMPT_DATA_PRIO closes the
-// round); the first candidate offered again also starts a new round (a
-// single candidate is never compared).  Pending jobs are skipped at once:
-// the job queue's sort asks preemptable() about pairs of pending jobs.
-// Under slurmctld's job and node locks.
+// its job list, then sorts them (get_data PREEMPT_DATA_PRIO) and its
+// select plugin asks each one's mode (PREEMPT_DATA_MODE): either closes
+// the round.  The round's first candidate offered again also starts a new
+// one.  Pending jobs are skipped at once: the job queue's sort asks
+// preemptable() about pairs of pending jobs.  (A candidate Slurm takes
+// without asking preemptable(), one on time borrowed from a reservation,
+// is ranked with the counts of the last preemptor that was asked.)
+// Under slurmctld's job write lock.
 void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
   if (!IS_JOB_RUNNING(preemptee)) return;
-  planc::NodeCrowding& c = g->crowding;
-  if (!c.collecting_for(preemptor->job_id) || preemptee->job_id == g->crowding_first) {
-    c.begin(preemptor->job_id, planc::slurm::needs_whole_nodes(preemptor),
-            planc::slurm::node_count());
-    g->crowding_first = preemptee->job_id;
-  }
-  if (c.whole_nodes()) c.add(planc::slurm::node_indexes(preemptee));
+  if (g->crowding.offer(
+          preemptor->job_id, preemptee->job_id,
+          [preemptor] { return planc::slurm::needs_whole_nodes(preemptor); },
+          planc::slurm::node_count()))
+    g->crowding.add(planc::slurm::node_indexes(preemptee));
 }
 
 }  // namespace
@@ -195,6 +196,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         *static_cast<bool*>(data) = slurm_conf.preempt_mode != PREEMPT_MODE_OFF;
         return SLURM_SUCCESS;
       case PREEMPT_DATA_MODE: {
+        g->crowding.close();
         const Tier* t = planc::slurm::job_tier(policy(*g).tiers, job_ptr);
         uint16_t mode = PREEMPT_MODE_OFF;
         if (t && t->preemptible)
@@ -223,7 +225,8 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
               pol.config->tiers.tier(TierId::kP2).victim_class);
         planc::VictimFacts v{victim_class, 0, 0};
         if (g->crowding.whole_nodes())
-          v.node_victims = g->crowding.crowd(planc::slurm::node_indexes(job_ptr));
+          v.node_victims = planc::slurm::most_on_nodes(
+              job_ptr, [](uint32_t n) { return g->crowding.on_node(n); });
         v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
         if (g->in_ledger.maybe_contains(job_ptr->job_id)) {
           planc::MutexLock l(g->mu);

@@ -129,10 +129,8 @@ struct Plugin {
   std::atomic<bool> budget_spent{false};
   planc::TierId last_preemptor_tier = planc::TierId::kP0;
   // The candidates per node of the preemptor being looked at, for one that
-  // needs whole nodes (victim rank), and the round's first candidate.
-  // Only under slurmctld's job lock.
+  // needs whole nodes (victim rank).  Only under slurmctld's job lock.
   planc::NodeCrowding crowding;
-  uint32_t crowding_first = 0;
 };
 
 // The policy in force (lock-free).

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <functional>
+#include <map>
+#include <string>
 
 #include "common/job_marks.h"
 #include "common/market.h"
@@ -173,15 +176,19 @@ bool requeues(const job_record_t* job) { return job->details && job->details->re
 
 namespace {
 
-// The GPUs of gres list `gres` named "gpu": per node asked (gres_job_state_t)
-// or the node's own (gres_node_state_t).
-uint64_t gpus_per_node_asked(List gres) {
+// The GPUs per node a job asks for: --gres=gpu:N and --gpus-per-node set
+// gres_per_node; --gpus=N (per job) is spread over its minimum node count.
+uint64_t gpus_per_node_asked(const job_record_t* job) {
   uint64_t n = 0;
-  if (!gres) return 0;
-  ListIterator it = list_iterator_create(gres);
-  while (auto* g = static_cast<gres_state_t*>(list_next(it)))
-    if (g->gres_name && std::strcmp(g->gres_name, "gpu") == 0 && g->gres_data)
-      n = std::max<uint64_t>(n, static_cast<const gres_job_state_t*>(g->gres_data)->gres_per_node);
+  if (!job->gres_list_req) return 0;
+  const uint32_t nodes = job->details && job->details->min_nodes ? job->details->min_nodes : 1;
+  ListIterator it = list_iterator_create(job->gres_list_req);
+  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
+    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0 || !g->gres_data) continue;
+    const auto* d = static_cast<const gres_job_state_t*>(g->gres_data);
+    n = std::max<uint64_t>(n, d->gres_per_node);
+    if (d->gres_per_job) n = std::max<uint64_t>(n, (d->gres_per_job + nodes - 1) / nodes);
+  }
   list_iterator_destroy(it);
   return n;
 }
@@ -197,18 +204,48 @@ uint64_t gpus_of_node(const node_record_t* node) {
   return n;
 }
 
+// The most GPUs a node of `part` has, worked out again only when the node
+// table or the partitions changed (Slurm's last_node_update and
+// last_part_update): asked once per preemptor, several hundred times a
+// backfill cycle.  Only under slurmctld's locks (one thread at a time).
+uint64_t largest_node_gpus(const part_record_t* part) {
+  struct Cached {
+    time_t nodes_at = 0, parts_at = 0;
+    uint64_t gpus = 0;
+  };
+  static std::map<std::string, Cached> cache;
+  if (!part || !part->node_bitmap || !part->name) return 0;
+  Cached& c = cache[part->name];
+  if (c.nodes_at != last_node_update || c.parts_at != last_part_update) {
+    c.gpus = 0;
+    for (int i = 0; i < node_record_count; i++)
+      if (bit_test(part->node_bitmap, i))
+        c.gpus = std::max(c.gpus, gpus_of_node(node_record_table_ptr[i]));
+    c.nodes_at = last_node_update;
+    c.parts_at = last_part_update;
+  }
+  return c.gpus;
+}
+
 }  // namespace
 
 bool needs_whole_nodes(const job_record_t* job) {
   if (!job) return false;
-  if (job->details && (job->details->whole_node & WHOLE_NODE_REQUIRED)) return true;
-  const uint64_t asked = gpus_per_node_asked(job->gres_list_req);
-  if (!asked || !job->part_ptr || !job->part_ptr->node_bitmap) return false;
-  uint64_t largest = 0;
-  for (int i = 0; i < node_record_count; i++)
-    if (bit_test(job->part_ptr->node_bitmap, i))
-      largest = std::max(largest, gpus_of_node(node_record_table_ptr[i]));
+  // --exclusive (not --exclusive=user or =mcs: values, not flags).
+  if (job->details && job->details->whole_node == WHOLE_NODE_REQUIRED) return true;
+  const uint64_t asked = gpus_per_node_asked(job);
+  if (!asked) return false;
+  const uint64_t largest = largest_node_gpus(job->part_ptr);
   return largest && asked >= largest;
+}
+
+uint32_t most_on_nodes(const job_record_t* job, const std::function<uint32_t(uint32_t)>& on_node) {
+  uint32_t most = 0;
+  if (!job || !job->node_bitmap) return 0;
+  const int last = bit_fls(job->node_bitmap);
+  for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++)
+    if (bit_test(job->node_bitmap, i)) most = std::max(most, on_node(static_cast<uint32_t>(i)));
+  return most;
 }
 
 std::vector<uint32_t> node_indexes(const job_record_t* job) {

@@ -6,6 +6,7 @@
 #include "plugins/slurm_adapter.h"
 
 #include <ctime>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -71,9 +72,14 @@ bool requeues(const job_record_t* job);
 std::optional<bool> requeues(uint32_t job_id);
 
 // Whether a pending preemptor needs whole nodes: --exclusive, or at least
-// as many GPUs per node as the largest node of its partition has.
-// REQUIRES the job and node read locks.
+// as many GPUs per node as the largest node of its partition has
+// (--gres=gpu:N and --gpus-per-node per node; --gpus=N over its minimum
+// node count).  REQUIRES the job, node and partition read locks; not
+// thread-safe (a cache): call only under slurmctld's job write lock.
 bool needs_whole_nodes(const job_record_t* job);
+// The largest of on_node(i) over the nodes i the job holds (0: none).
+// REQUIRES the job read lock.
+uint32_t most_on_nodes(const job_record_t* job, const std::function<uint32_t(uint32_t)>& on_node);
 // The node indexes a running job holds (none when it holds none).
 // REQUIRES the job read lock.
 std::vector<uint32_t> node_indexes(const job_record_t* job);

@@ -455,5 +455,38 @@ TEST(VictimOrderTest, WholeNodePreemptorsClearTheLeastCrowdedNodesFirst) {
   EXPECT_EQ(c.crowd({99}), 0u);
 }
 
+// Rounds as Slurm makes them: one preemptor's candidates in a row, then
+// sorted or asked their mode (close); a round of one candidate is never
+// sorted, so that candidate offered again starts the next round.
+TEST(VictimOrderTest, NodeCrowdingRounds) {
+  NodeCrowding c;
+  int asked = 0;
+  auto whole = [&] {
+    ++asked;
+    return true;
+  };
+  // Preemptor 7: candidates 1 (node 0) and 2 (node 0), then sorted.
+  EXPECT_TRUE(c.offer(7, 1, whole, 4));
+  c.add({0});
+  EXPECT_TRUE(c.offer(7, 2, whole, 4));
+  c.add({0});
+  EXPECT_EQ(asked, 1);  // asked once per round
+  c.close();
+  EXPECT_EQ(c.on_node(0), 2u);
+  // The same preemptor again: a new round, not added to the last.
+  EXPECT_TRUE(c.offer(7, 1, whole, 4));
+  c.add({0});
+  EXPECT_EQ(c.on_node(0), 1u);
+  // Never closed (one candidate): candidate 1 offered again starts over.
+  EXPECT_TRUE(c.offer(7, 1, whole, 4));
+  c.add({0});
+  EXPECT_EQ(c.on_node(0), 1u);
+  EXPECT_EQ(asked, 3);
+  // Another preemptor, which does not need whole nodes: nothing counted.
+  EXPECT_FALSE(c.offer(
+      8, 1, [] { return false; }, 4));
+  EXPECT_EQ(c.on_node(0), 0u);
+}
+
 }  // namespace
 }  // namespace planc
