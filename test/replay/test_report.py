@@ -422,3 +422,35 @@ def test_slurm_host_lists_expand_as_slurm_writes_them():
     assert R.expand_nodes("gpu[1-2,05],cpu3") == ["gpu1", "gpu2", "gpu05", "cpu3"]
     assert R.expand_nodes("gpu[09-11]") == ["gpu09", "gpu10", "gpu11"]
     assert R.expand_nodes("gpu7") == ["gpu7"]
+
+
+def test_a_run_slurmdbd_lost_is_named_not_a_problem_when_slurmctlds_log_shows_it(tmp_path):
+    # Job 17 started at 1000, was preempted a second later and ran again
+    # from 1005; slurmdbd kept only the second run (and says it first
+    # started at 1005).  The bill of the first is PREEMPTED, zero.
+    jobs = [j if j[1] != 17 else ("w000007", 17, "P3", 1, 1000, 1000, 1005, 1360, "CANCELLED", 1)
+            for j in JOBS]
+    bills = [b for b in BILLS if b[0] != 17] + [
+        (17, 0, "P3", 1000, 1001, "PREEMPTED", 1, 0, PRE),
+        (17, 1, "P3", 1005, 1360, "CANCELLED", 1, 300, "")]
+    sacct = [(b[0], b[3], b[4], b[5] if b[5] != "CANCELLED" else "CANCELLED by 0")
+             for b in bills if b[8] != "never ran" and (b[0], b[3]) != (17, 1000)]
+    d = write_run(str(tmp_path / "planc-1"), jobs=jobs, bills=bills, sacct=sacct)
+    problems = R.check_consistency(d)
+    assert "run of job 17 started 1000: billed, not in slurmdbd" in problems
+    assert any("first start 1005 but its first bill starts at 1000" in p for p in problems)
+    # slurmctld's log (UTC here) shows the start at 1000 and the requeue.
+    with open(os.path.join(d, "slurmctld.log"), "w") as f:
+        f.write("[1970-01-01T00:16:40.000] _slurm_rpc_submit_batch_job: JobId=11 InitPrio=1 usec=1\n"
+                "[1970-01-01T00:16:40.200] sched/backfill: _start_job: Started JobId=17 in gpu on gpu1\n"
+                "[1970-01-01T00:16:41.100] Requeuing JobId=17\n"
+                "[1970-01-01T00:16:45.000] sched: Allocate JobId=17 NodeList=gpu2 #CPUs=3\n")
+    assert R.check_consistency(d) == []
+    assert R.slurmdbd_lost_runs(R.Run(d)) == {("17", 1000)}
+    # Longer than LOST_RUN_SECONDS, or not at zero: still a problem.
+    bills[-2] = (17, 0, "P3", 1000, 1003, "PREEMPTED", 1, 0, PRE)
+    d2 = write_run(str(tmp_path / "planc-2"), jobs=jobs, bills=bills, sacct=sacct)
+    with open(os.path.join(d, "slurmctld.log")) as src, \
+            open(os.path.join(d2, "slurmctld.log"), "w") as dst:
+        dst.write(src.read())
+    assert "run of job 17 started 1000: billed, not in slurmdbd" in R.check_consistency(d2)

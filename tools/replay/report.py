@@ -667,16 +667,21 @@ def expand_nodes(node_list: str) -> List[str]:
     return out
 
 
-def start_lateness(run: Run) -> Optional[Dict[str, object]]:
-    """kpi.start_lateness over the run's slurmctld.log(.gz), or None when
-    it was not kept.  The log's times are slurmctld's local time; the
-    offset to the run's epoch seconds is taken from the submissions both
-    record (jobs.csv's submit), to the nearest quarter hour."""
+def log_events(run: Run) -> Optional[List[Dict]]:
+    """The job starts, ends and requeues in the run's slurmctld.log(.gz),
+    in log order, as kpi.start_lateness reads them (plus each one's
+    "job_id"), or None when the log was not kept.  The log's times are
+    slurmctld's local time; the offset to the run's epoch seconds is taken
+    from the submissions both record (jobs.csv's submit), to the nearest
+    quarter hour."""
+    if hasattr(run, "_log_events"):
+        return run._log_events
     path = os.path.join(run.dir, "slurmctld.log")
     opener = open
     if not os.path.exists(path):
         path += ".gz"
         opener = gzip.open
+    run._log_events = None
     if not os.path.exists(path):
         return None
     import datetime
@@ -703,16 +708,55 @@ def start_lateness(run: Run) -> Optional[Dict[str, object]]:
                     nodes_of[jid] = expand_nodes(e.group(2))
                     j = jobs.get(jid)
                     events.append({"kind": "start", "time": t, "nodes": nodes_of[jid], "by": by,
-                                   "eligible": j["eligible"] if j else None,
+                                   "job_id": jid, "eligible": j["eligible"] if j else None,
                                    "gpus": math.ceil(j["gpus"]) if j and j["gpus"] else 0})
                 elif jid in nodes_of:
-                    events.append({"kind": "free", "time": t, "nodes": nodes_of[jid]})
+                    events.append({"kind": "free", "time": t, "nodes": nodes_of[jid],
+                                   "job_id": jid})
                 break
     if offset is None:
         return None
     for e in events:
         e["time"] += offset
-    return kpi.start_lateness(events, run.t0, run.end)
+    run._log_events = events
+    return events
+
+
+def start_lateness(run: Run) -> Optional[Dict[str, object]]:
+    """kpi.start_lateness over the run's slurmctld log (log_events), or
+    None when it was not kept."""
+    events = log_events(run)
+    return kpi.start_lateness(events, run.t0, run.end) if events is not None else None
+
+
+# A run slurmdbd never recorded: preempted this soon after its start.
+LOST_RUN_SECONDS = 2
+
+
+def slurmdbd_lost_runs(run: Run) -> set:
+    """(job id, start) of the bills slurmdbd has no run for that are runs
+    slurmdbd loses: preempted within LOST_RUN_SECONDS of their start, billed
+    at zero, and started by slurmctld at that second by its own log (backfill
+    starts a job, a pending preemptor takes its GPUs the next pass, and
+    slurmdbd keeps only the job's next run).  Without the log, none."""
+    events = log_events(run)
+    if not events:
+        return set()
+    started = {}
+    for e in events:
+        if e["kind"] == "start":
+            started.setdefault(e["job_id"], []).append(e["time"])
+    dbd = {(s["job_id"], int(round(s["start"]))) for s in run.sacct}
+    lost = set()
+    for b in run.segments:
+        key = (b["job_id"], int(round(b["start"])))
+        if key in dbd or not b["preempted"] or b["amount_micros"] != 0:
+            continue
+        if b["end"] - b["start"] > LOST_RUN_SECONDS:
+            continue
+        if any(abs(t - b["start"]) <= 1.0 for t in started.get(b["job_id"], [])):
+            lost.add(key)
+    return lost
 
 
 # --- consistency -----------------------------------------------------------
@@ -787,6 +831,10 @@ def check_consistency(run_dir: str) -> List[str]:
             problems.append(f"segments.csv: {key}: job id not in jobs.csv")
         by_job.setdefault(b["job_id"], []).append(b)
 
+    # Runs slurmdbd loses (slurmdbd_lost_runs) are not problems: slurmdbd's
+    # first start and run count leave them out.
+    lost = slurmdbd_lost_runs(run)
+
     # Bills against jobs: segment numbers, overlaps, first start, restarts.
     for j in run.jobs:
         segs = sorted(by_job.get(j["job_id"], []), key=lambda s: s["start"])
@@ -804,9 +852,10 @@ def check_consistency(run_dir: str) -> List[str]:
         if not segs:
             problems.append(f"job {j['name']}: started but has no bill")
             continue
-        if abs(segs[0]["start"] - j["first_start"]) > 1:
+        first = [x for x in segs if (x["job_id"], int(round(x["start"]))) not in lost] or segs
+        if abs(first[0]["start"] - j["first_start"]) > 1:
             problems.append(f"job {j['name']}: first start {j['first_start']:.0f} but its first "
-                            f"bill starts at {segs[0]['start']:.0f}")
+                            f"bill starts at {first[0]['start']:.0f}")
         numbers = sorted(s["segment"] for s in segs)
         if len(set(numbers)) != len(numbers):
             problems.append(f"job {j['name']}: a segment number billed twice: {numbers}")
@@ -821,7 +870,7 @@ def check_consistency(run_dir: str) -> List[str]:
         problems.append("segments.csv: two bills with the same job and start")
     if len(dbd) != len(run.sacct):
         problems.append("sacct_segments.csv: two runs with the same job and start")
-    for key in sorted(set(bills) - set(dbd)):
+    for key in sorted(set(bills) - set(dbd) - lost):
         problems.append(f"run of job {key[0]} started {key[1]}: billed, not in slurmdbd")
     for key in sorted(set(dbd) - set(bills)):
         problems.append(f"run of job {key[0]} started {key[1]}: in slurmdbd, not billed")
@@ -833,8 +882,9 @@ def check_consistency(run_dir: str) -> List[str]:
         if b["state"] != d["state"]:
             problems.append(f"run of job {key[0]} started {key[1]}: bill says {b['state']}, "
                             f"slurmdbd {d['state']}")
-    if len(run.segments) != len(run.sacct):
-        problems.append(f"{len(run.segments)} run segments billed, {len(run.sacct)} in slurmdbd")
+    if len(run.segments) - len(lost) != len(run.sacct):
+        problems.append(f"{len(run.segments)} run segments billed ({len(lost)} of them runs "
+                        f"slurmdbd loses), {len(run.sacct)} in slurmdbd")
 
     # GPU-seconds add up: per tier, bills' card_seconds = cards x length =
     # the allocation timeline's integral (window-clipped), and the tiers sum
@@ -1175,6 +1225,12 @@ def _run_section(run: Run, k: Dict[str, object], problems: List[str]) -> str:
     else:
         lines.append("Consistency: bills match slurmdbd run for run; every tier's GPU-seconds "
                      "add up; every job of the workload is there.")
+    lost = slurmdbd_lost_runs(run)
+    if lost:
+        lines.append("")
+        lines.append(f"slurmdbd has no record of {len(lost)} run(s) that slurmctld's log shows "
+                     f"started and preempted within {LOST_RUN_SECONDS} s (billed at zero): "
+                     + ", ".join(f"job {j} at {t}" for j, t in sorted(lost)[:10]) + ".")
     lines.append("")
     return "\n".join(lines)
 
