@@ -150,19 +150,10 @@ void NodeCrowding::begin(uint32_t preemptor, bool whole_nodes, size_t node_count
   if (whole_nodes && per_node_.size() != node_count) per_node_.assign(node_count, 0);
 }
 
-void NodeCrowding::add(const std::vector<uint32_t>& nodes) {
-  if (!whole_nodes_ || !open_) return;
-  for (uint32_t n : nodes) {
-    if (n >= per_node_.size()) continue;
-    if (!per_node_[n]) touched_.push_back(n);
-    if (per_node_[n] < UINT16_MAX) ++per_node_[n];
-  }
-}
-
-uint32_t NodeCrowding::crowd(const std::vector<uint32_t>& nodes) const {
-  uint32_t most = 0;
-  for (uint32_t n : nodes) most = std::max(most, on_node(n));
-  return most;
+void NodeCrowding::add(uint32_t node) {
+  if (!whole_nodes_ || !open_ || node >= per_node_.size()) return;
+  if (!per_node_[node]) touched_.push_back(node);
+  if (per_node_[node] < UINT16_MAX) ++per_node_[node];
 }
 
 bool Entitlement::allows(const Tier& t) const {

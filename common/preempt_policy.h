@@ -161,13 +161,12 @@ class NodeCrowding {
   // (false once they were sorted: the next offer starts a new round).
   bool collecting_for(uint32_t preemptor) const { return open_ && preemptor_ == preemptor; }
   bool whole_nodes() const { return whole_nodes_; }
-  // A candidate on `nodes` (node indexes).
-  void add(const std::vector<uint32_t>& nodes);
+  // A candidate on node `node` (node index; one call per node it holds).
+  void add(uint32_t node);
   // The round's candidates are being sorted.
   void close() { open_ = false; }
-  // Candidates on the most crowded of `nodes` (0 when not counting).
-  uint32_t crowd(const std::vector<uint32_t>& nodes) const;
-  // Candidates on node `node` (0 when not counting).
+  // Candidates on node `node` (0 when not counting).  A candidate's crowd
+  // is the largest of its nodes'.
   uint32_t on_node(uint32_t node) const {
     return whole_nodes_ && node < per_node_.size() ? per_node_[node] : 0;
   }

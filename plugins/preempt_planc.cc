@@ -83,7 +83,7 @@ void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
           preemptor->job_id, preemptee->job_id,
           [preemptor] { return planc::slurm::needs_whole_nodes(preemptor); },
           planc::slurm::node_count()))
-    g->crowding.add(planc::slurm::node_indexes(preemptee));
+    planc::slurm::for_each_node(preemptee, [](uint32_t n) { g->crowding.add(n); });
 }
 
 }  // namespace
@@ -225,8 +225,9 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
               pol.config->tiers.tier(TierId::kP2).victim_class);
         planc::VictimFacts v{victim_class, 0, 0};
         if (g->crowding.whole_nodes())
-          v.node_victims = planc::slurm::most_on_nodes(
-              job_ptr, [](uint32_t n) { return g->crowding.on_node(n); });
+          planc::slurm::for_each_node(job_ptr, [&v](uint32_t n) {
+            v.node_victims = std::max(v.node_victims, g->crowding.on_node(n));
+          });
         v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
         if (g->in_ledger.maybe_contains(job_ptr->job_id)) {
           planc::MutexLock l(g->mu);

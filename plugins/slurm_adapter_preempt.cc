@@ -239,22 +239,11 @@ bool needs_whole_nodes(const job_record_t* job) {
   return largest && asked >= largest;
 }
 
-uint32_t most_on_nodes(const job_record_t* job, const std::function<uint32_t(uint32_t)>& on_node) {
-  uint32_t most = 0;
-  if (!job || !job->node_bitmap) return 0;
+void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>& fn) {
+  if (!job || !job->node_bitmap) return;
   const int last = bit_fls(job->node_bitmap);
   for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++)
-    if (bit_test(job->node_bitmap, i)) most = std::max(most, on_node(static_cast<uint32_t>(i)));
-  return most;
-}
-
-std::vector<uint32_t> node_indexes(const job_record_t* job) {
-  std::vector<uint32_t> out;
-  if (!job || !job->node_bitmap) return out;
-  const int last = bit_fls(job->node_bitmap);
-  for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++)
-    if (bit_test(job->node_bitmap, i)) out.push_back(static_cast<uint32_t>(i));
-  return out;
+    if (bit_test(job->node_bitmap, i)) fn(static_cast<uint32_t>(i));
 }
 
 size_t node_count() { return node_record_count > 0 ? static_cast<size_t>(node_record_count) : 0; }

@@ -77,12 +77,9 @@ std::optional<bool> requeues(uint32_t job_id);
 // node count).  REQUIRES the job, node and partition read locks; not
 // thread-safe (a cache): call only under slurmctld's job write lock.
 bool needs_whole_nodes(const job_record_t* job);
-// The largest of on_node(i) over the nodes i the job holds (0: none).
+// fn(i) for each node index i the job holds (none when it holds none).
 // REQUIRES the job read lock.
-uint32_t most_on_nodes(const job_record_t* job, const std::function<uint32_t(uint32_t)>& on_node);
-// The node indexes a running job holds (none when it holds none).
-// REQUIRES the job read lock.
-std::vector<uint32_t> node_indexes(const job_record_t* job);
+void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>& fn);
 // Nodes slurmctld knows (the size of every node bitmap).
 size_t node_count();
 
