@@ -124,36 +124,85 @@ uint32_t run_minutes(time_t started, time_t now) {
 uint32_t victim_rank(const VictimFacts& v) {
   // [31:26] node crowd + 1, [25:24] victim class, [23:16] preemptions in
   // the window, [15:0] run minutes (45 days).  0 is kInGraceRank's alone.
-  uint32_t crowd = std::min<uint32_t>(v.node_victims, 62) + 1;
+  uint32_t crowd = std::min<uint32_t>(v.node_victims, NodeCrowding::kNotNeeded) + 1;
   uint32_t tier_class = std::clamp<uint32_t>(v.victim_class, 1, 3);
   uint32_t count = std::min<uint32_t>(v.recent_preemptions, 0xff);
   uint32_t minutes = std::min<uint32_t>(v.run_minutes, 0xffff);
   return (crowd << 26) | (tier_class << 24) | (count << 16) | minutes;
 }
 
-bool NodeCrowding::offer(uint32_t preemptor, uint32_t candidate,
-                         const std::function<bool()>& whole_nodes, size_t node_count) {
+bool NodeCrowding::offer(uint32_t preemptor, uint32_t candidate, const std::function<Ask()>& ask,
+                         size_t node_count) {
   if (!collecting_for(preemptor) || candidate == first_) {
-    begin(preemptor, whole_nodes(), node_count);
+    begin(preemptor, ask(), node_count);
     first_ = candidate;
   }
-  return whole_nodes_;
+  return ask_.counts();
 }
 
-void NodeCrowding::begin(uint32_t preemptor, bool whole_nodes, size_t node_count) {
+void NodeCrowding::begin(uint32_t preemptor, Ask ask, size_t node_count) {
   for (uint32_t n : touched_)
     if (n < per_node_.size()) per_node_[n] = 0;
   touched_.clear();
+  held_.clear();
+  victims_.clear();
+  worked_out_ = false;
   preemptor_ = preemptor;
-  whole_nodes_ = whole_nodes;
+  ask_ = ask;
   open_ = true;
-  if (whole_nodes && per_node_.size() != node_count) per_node_.assign(node_count, 0);
+  if (ask.whole_nodes && per_node_.size() != node_count) per_node_.assign(node_count, 0);
 }
 
 void NodeCrowding::add(uint32_t node) {
-  if (!whole_nodes_ || !open_ || node >= per_node_.size()) return;
+  if (!ask_.whole_nodes || !open_ || node >= per_node_.size()) return;
   if (!per_node_[node]) touched_.push_back(node);
   if (per_node_[node] < UINT16_MAX) ++per_node_[node];
+}
+
+void NodeCrowding::add(uint32_t node, uint32_t job, uint32_t gpus,
+                       std::optional<uint32_t> free_gpus, bool in_grace, uint8_t victim_class) {
+  if (!gpus_on_a_node() || !open_) return;
+  auto [it, first] = held_.try_emplace(node);
+  NodeHeld& n = it->second;
+  if (first) {
+    n.usable = free_gpus.has_value();
+    n.free_gpus = free_gpus.value_or(0);
+  }
+  if (in_grace)
+    n.free_gpus += gpus;  // comes free whatever is chosen
+  else if (gpus)
+    n.held.push_back({job, gpus, victim_class});
+  worked_out_ = false;
+}
+
+void NodeCrowding::work_out() {
+  victims_.clear();
+  for (auto& [node, n] : held_) {
+    if (!n.usable || n.free_gpus >= ask_.gpus) continue;
+    // The most GPUs first: the fewest runs; the lower class among equals.
+    std::sort(n.held.begin(), n.held.end(), [](const Held& a, const Held& b) {
+      if (a.gpus != b.gpus) return a.gpus > b.gpus;
+      if (a.victim_class != b.victim_class) return a.victim_class < b.victim_class;
+      return a.job < b.job;
+    });
+    uint64_t freed = n.free_gpus;
+    size_t k = 0;
+    while (k < n.held.size() && freed < ask_.gpus) freed += n.held[k++].gpus;
+    if (freed < ask_.gpus) continue;  // not enough here even with all of them
+    const uint32_t count = static_cast<uint32_t>(std::min<size_t>(k, kNotNeeded - 1));
+    for (size_t i = 0; i < k; ++i) {
+      auto [v, first] = victims_.try_emplace(n.held[i].job, count);
+      if (!first) v->second = std::min(v->second, count);
+    }
+  }
+  worked_out_ = true;
+}
+
+uint32_t NodeCrowding::fewest_victims(uint32_t job) {
+  if (!gpus_on_a_node()) return 0;
+  if (!worked_out_) work_out();
+  auto it = victims_.find(job);
+  return it == victims_.end() ? kNotNeeded : it->second;
 }
 
 bool Entitlement::allows(const Tier& t) const {

@@ -15,6 +15,7 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -128,56 +129,102 @@ struct VictimFacts {
   uint32_t recent_preemptions;  // in the cap's window
   uint32_t run_minutes;         // run_minutes(): the work at risk
   // For a preemptor that needs whole nodes: the candidates on the most
-  // crowded of this candidate's nodes (NodeCrowding); 0 otherwise.
+  // crowded of this candidate's nodes; for one that needs GPUs on a node:
+  // how many runs must go to free them on this candidate's best node, or
+  // kNotNeeded when it is in no node's fewest (NodeCrowding).  0 otherwise.
   uint32_t node_victims = 0;
 };
 
-// Which nodes a preemptor that needs whole nodes clears.  Slurm
-// (select/cons_tres) takes the candidates away one at a time in the
-// victim order until the preemptor fits, then preempts every candidate on
-// the nodes it picked: for a job that needs whole nodes, every candidate
-// on the first nodes to come free.  In the tier order alone those are
-// whichever nodes the P3 runs taken first happen to empty, often nodes
-// packed with one-GPU runs (on the steady-state replay, one 16-GPU P0 job
-// took 7 P3 runs at once while nodes held by one 8-GPU job each stood by).
-// So for such a preemptor the candidates on the least crowded nodes come
-// first, and the tier order decides among nodes equally crowded.  Counted
-// per preemptor from the candidates Slurm offers (preemptable(), in one
-// pass over its job list, then sorted with the victim rank).  Jobs that
-// are no candidates (a guaranteed job) are not counted: a node holding one
-// never comes free, and Slurm moves on to the next.
+// Which nodes a preemptor clears.  Slurm (select/cons_tres) takes the
+// candidates away one at a time in the victim order until the preemptor
+// fits, then preempts every candidate taken on the nodes it picked.  In
+// the tier order alone those are whichever nodes the P3 runs taken first
+// happen to free, often nodes packed with one-GPU runs (on the
+// steady-state replay, one 16-GPU P0 job took 7 P3 runs at once while
+// nodes held by one 8-GPU job each stood by; one 4-GPU P1 job took three
+// 1-GPU runs of one node).  So the candidates of the node that gives the
+// preemptor its GPUs with the fewest victims come first, and the tier
+// order decides among nodes equal in that:
+//   - a preemptor that needs whole nodes (--exclusive, or as many GPUs
+//     per node as its partition's largest node has): the fewer candidates
+//     on a node, the earlier;
+//   - a preemptor that needs `gpus` GPUs on a node: per node, its free
+//     GPUs plus those of candidates already in their grace, then the
+//     candidates with the most GPUs there (P3 before P2 among equals)
+//     until `gpus` are free; those candidates rank by how many they are,
+//     the node's others after everyone (kNotNeeded).
+// Counted per preemptor from the candidates Slurm offers (preemptable(),
+// in one pass over its job list, then sorted with the victim rank).  Jobs
+// that are no candidates (a guaranteed job) are not counted: a node
+// holding one never comes free, and Slurm moves on to the next.  Cores and
+// memory are not looked at: on a GPU node the GPUs run out first.
 class NodeCrowding {
  public:
+  // What a preemptor needs of each of its nodes.
+  struct Ask {
+    bool whole_nodes = false;
+    uint32_t gpus = 0;  // GPUs on a node, when not whole nodes
+    bool counts() const { return whole_nodes || gpus; }
+  };
+  static constexpr uint32_t kNotNeeded = 62;
+
   // Slurm offers running `candidate` for `preemptor`.  A new round starts
   // when the preemptor changed, the last round was closed, or the round's
   // first candidate comes again (a single candidate is never sorted);
-  // `whole_nodes` is asked then.  Whether to add() the candidate's nodes.
-  bool offer(uint32_t preemptor, uint32_t candidate, const std::function<bool()>& whole_nodes,
+  // `ask` is asked then.  Whether to add() the candidate's nodes.
+  bool offer(uint32_t preemptor, uint32_t candidate, const std::function<Ask()>& ask,
              size_t node_count);
   // A new round of candidates for `preemptor`, on a cluster of
-  // `node_count` nodes; nothing is counted unless it needs whole nodes.
-  void begin(uint32_t preemptor, bool whole_nodes, size_t node_count);
+  // `node_count` nodes; nothing is counted unless ask.counts().
+  void begin(uint32_t preemptor, Ask ask, size_t node_count);
   // Whether the candidates being offered are still `preemptor`'s round
   // (false once they were sorted: the next offer starts a new round).
   bool collecting_for(uint32_t preemptor) const { return open_ && preemptor_ == preemptor; }
-  bool whole_nodes() const { return whole_nodes_; }
-  // A candidate on node `node` (node index; one call per node it holds).
+  bool whole_nodes() const { return ask_.whole_nodes; }
+  bool gpus_on_a_node() const { return !ask_.whole_nodes && ask_.gpus; }
+  // Whole nodes: a candidate on node `node` (node index; one call per
+  // node it holds).
   void add(uint32_t node);
+  // GPUs on a node: the candidate `job` holds `gpus` GPUs on node `node`,
+  // which has `free_gpus` unallocated (nullopt: the preemptor cannot use
+  // the node); `in_grace`: it is already being preempted.
+  void add(uint32_t node, uint32_t job, uint32_t gpus, std::optional<uint32_t> free_gpus,
+           bool in_grace, uint8_t victim_class);
   // The round's candidates are being sorted.
   void close() { open_ = false; }
-  // Candidates on node `node` (0 when not counting).  A candidate's crowd
-  // is the largest of its nodes'.
+  // Whole nodes: candidates on node `node` (0 when not counting).  A
+  // candidate's crowd is the largest of its nodes'.
   uint32_t on_node(uint32_t node) const {
-    return whole_nodes_ && node < per_node_.size() ? per_node_[node] : 0;
+    return ask_.whole_nodes && node < per_node_.size() ? per_node_[node] : 0;
   }
+  // GPUs on a node: how many runs must go for the preemptor's GPUs on
+  // the best node `job` is on, when `job` is among them; kNotNeeded when
+  // it is not; 0 when not counting.  Worked out at the first call after
+  // the round's last add().
+  uint32_t fewest_victims(uint32_t job);
 
  private:
+  struct Held {
+    uint32_t job;
+    uint32_t gpus;
+    uint8_t victim_class;
+  };
+  struct NodeHeld {
+    uint32_t free_gpus = 0;  // incl. candidates in their grace
+    bool usable = false;
+    std::vector<Held> held;
+  };
+  void work_out();
+
   uint32_t preemptor_ = 0;
   uint32_t first_ = 0;  // the round's first candidate
-  bool whole_nodes_ = false;
+  Ask ask_;
   bool open_ = false;
   std::vector<uint16_t> per_node_;
-  std::vector<uint32_t> touched_;  // nodes counted this round (a cheap reset)
+  std::vector<uint32_t> touched_;         // nodes counted this round (a cheap reset)
+  std::map<uint32_t, NodeHeld> held_;     // GPUs on a node: per node
+  std::map<uint32_t, uint32_t> victims_;  // ... per candidate, worked out
+  bool worked_out_ = false;
 };
 
 // Whole minutes a job that started at `started` has run at `now`, counted
@@ -194,8 +241,9 @@ uint32_t run_minutes(time_t started, time_t now);
 // ranks a job already in its grace period 0, before all of these, so one
 // preemptor does not start a second preemption while the first runs out.)
 // The order:
-//   0. for a preemptor that needs whole nodes, fewer candidates on the
-//      candidate's most crowded node first (NodeCrowding);
+//   0. for a preemptor that needs whole nodes or GPUs on a node, the
+//      candidates of the node it clears with the fewest victims first
+//      (NodeCrowding);
 //   1. the tier's VictimClass (planc.conf; the policy's: P3 1, P2 2,
 //      guaranteed tiers 3, never offered as they are never preempted);
 //   2. fewer preemptions in the window first (spreads preemption so no

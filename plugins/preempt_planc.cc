@@ -19,7 +19,9 @@
 // entry points and the one plugin-state object (plugins/preempt_state.h).
 #include "plugins/preempt_state.h"
 
+#include <algorithm>
 #include <exception>
+#include <optional>
 
 #include "common/infusion.h"
 #include "common/preempt_policy.h"
@@ -67,8 +69,8 @@ bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
 }
 
 // A running candidate Slurm is offered for `preemptor`: counted on its
-// nodes when the preemptor needs whole nodes (common/preempt_policy.h
-// NodeCrowding).  Slurm offers one preemptor's candidates in one pass over
+// nodes when the preemptor needs whole nodes or GPUs on a node
+// (common/preempt_policy.h NodeCrowding).  Slurm offers one preemptor's candidates in one pass over
 // its job list, then sorts them (get_data PREEMPT_DATA_PRIO) and its
 // select plugin asks each one's mode (PREEMPT_DATA_MODE): either closes
 // the round.  The round's first candidate offered again also starts a new
@@ -79,11 +81,30 @@ bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
 // Under slurmctld's job write lock.
 void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
   if (!IS_JOB_RUNNING(preemptee)) return;
-  if (g->crowding.offer(
-          preemptor->job_id, preemptee->job_id,
-          [preemptor] { return planc::slurm::needs_whole_nodes(preemptor); },
-          planc::slurm::node_count()))
+  auto ask = [preemptor] {
+    planc::NodeCrowding::Ask a;
+    a.whole_nodes = planc::slurm::needs_whole_nodes(preemptor);
+    if (!a.whole_nodes)
+      a.gpus = static_cast<uint32_t>(
+          std::min<uint64_t>(planc::slurm::gpus_per_node_asked(preemptor), UINT32_MAX));
+    return a;
+  };
+  if (!g->crowding.offer(preemptor->job_id, preemptee->job_id, ask, planc::slurm::node_count()))
+    return;
+  if (g->crowding.whole_nodes()) {
     planc::slurm::for_each_node(preemptee, [](uint32_t n) { g->crowding.add(n); });
+    return;
+  }
+  const Tier* t = planc::slurm::job_tier(policy(*g).tiers, preemptee);
+  const uint8_t victim_class = t ? t->victim_class : uint8_t{3};
+  const bool in_grace = preemptee->preempt_time != 0;
+  planc::slurm::for_each_node_gpus(preemptee, [&](uint32_t n, uint64_t gpus) {
+    auto free = planc::slurm::free_gpus_for(preemptor, n);
+    g->crowding.add(
+        n, preemptee->job_id, static_cast<uint32_t>(std::min<uint64_t>(gpus, 0xffff)),
+        free ? std::optional<uint32_t>(std::min<uint64_t>(*free, 0xffff)) : std::nullopt, in_grace,
+        victim_class);
+  });
 }
 
 }  // namespace
@@ -228,6 +249,8 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
           planc::slurm::for_each_node(job_ptr, [&v](uint32_t n) {
             v.node_victims = std::max(v.node_victims, g->crowding.on_node(n));
           });
+        else if (g->crowding.gpus_on_a_node())
+          v.node_victims = g->crowding.fewest_victims(job_ptr->job_id);
         v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
         if (g->in_ledger.maybe_contains(job_ptr->job_id)) {
           planc::MutexLock l(g->mu);

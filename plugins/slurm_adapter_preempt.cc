@@ -10,6 +10,7 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "common/job_marks.h"
@@ -174,10 +175,8 @@ bool started_as_backup() { return planc_started_as_backup(); }
 
 bool requeues(const job_record_t* job) { return job->details && job->details->requeue; }
 
-namespace {
-
-// The GPUs per node a job asks for: --gres=gpu:N and --gpus-per-node set
-// gres_per_node; --gpus=N (per job) is spread over its minimum node count.
+// --gres=gpu:N and --gpus-per-node set gres_per_node; --gpus=N (per job)
+// is spread over its minimum node count.
 uint64_t gpus_per_node_asked(const job_record_t* job) {
   uint64_t n = 0;
   if (!job->gres_list_req) return 0;
@@ -193,13 +192,22 @@ uint64_t gpus_per_node_asked(const job_record_t* job) {
   return n;
 }
 
-uint64_t gpus_of_node(const node_record_t* node) {
-  uint64_t n = 0;
-  if (!node || !node->gres_list) return 0;
+namespace {
+
+struct NodeGpus {
+  uint64_t avail = 0, alloc = 0;
+};
+
+NodeGpus gpus_of_node(const node_record_t* node) {
+  NodeGpus n;
+  if (!node || !node->gres_list) return n;
   ListIterator it = list_iterator_create(node->gres_list);
   while (auto* g = static_cast<gres_state_t*>(list_next(it)))
-    if (g->gres_name && std::strcmp(g->gres_name, "gpu") == 0 && g->gres_data)
-      n += static_cast<const gres_node_state_t*>(g->gres_data)->gres_cnt_avail;
+    if (g->gres_name && std::strcmp(g->gres_name, "gpu") == 0 && g->gres_data) {
+      const auto* d = static_cast<const gres_node_state_t*>(g->gres_data);
+      n.avail += d->gres_cnt_avail;
+      n.alloc += d->gres_cnt_alloc;
+    }
   list_iterator_destroy(it);
   return n;
 }
@@ -220,7 +228,7 @@ uint64_t largest_node_gpus(const part_record_t* part) {
     c.gpus = 0;
     for (int i = 0; i < node_record_count; i++)
       if (bit_test(part->node_bitmap, i))
-        c.gpus = std::max(c.gpus, gpus_of_node(node_record_table_ptr[i]));
+        c.gpus = std::max(c.gpus, gpus_of_node(node_record_table_ptr[i]).avail);
     c.nodes_at = last_node_update;
     c.parts_at = last_part_update;
   }
@@ -244,6 +252,41 @@ void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>&
   const int last = bit_fls(job->node_bitmap);
   for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++)
     if (bit_test(job->node_bitmap, i)) fn(static_cast<uint32_t>(i));
+}
+
+void for_each_node_gpus(const job_record_t* job,
+                        const std::function<void(uint32_t, uint64_t)>& fn) {
+  if (!job || !job->node_bitmap) return;
+  const int last = bit_fls(job->node_bitmap);
+  uint32_t j = 0;  // the node's place among the job's nodes
+  for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++) {
+    if (!bit_test(job->node_bitmap, i)) continue;
+    uint64_t gpus = 0;
+    if (job->gres_list_alloc) {
+      ListIterator it = list_iterator_create(job->gres_list_alloc);
+      while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
+        if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0 || !g->gres_data) continue;
+        const auto* d = static_cast<const gres_job_state_t*>(g->gres_data);
+        if (d->gres_cnt_node_alloc && j < d->node_cnt) gpus += d->gres_cnt_node_alloc[j];
+      }
+      list_iterator_destroy(it);
+    }
+    fn(static_cast<uint32_t>(i), gpus);
+    ++j;
+  }
+}
+
+std::optional<uint64_t> free_gpus_for(const job_record_t* preemptor, uint32_t node) {
+  if (!preemptor || node >= node_count() || !avail_node_bitmap ||
+      !bit_test(avail_node_bitmap, node))
+    return std::nullopt;
+  if (preemptor->part_ptr && preemptor->part_ptr->node_bitmap &&
+      !bit_test(preemptor->part_ptr->node_bitmap, node))
+    return std::nullopt;
+  const node_record_t* n = node_record_table_ptr[node];
+  if (!n) return std::nullopt;
+  const NodeGpus g = gpus_of_node(n);
+  return g.avail > g.alloc ? g.avail - g.alloc : 0;
 }
 
 size_t node_count() { return node_record_count > 0 ? static_cast<size_t>(node_record_count) : 0; }

@@ -77,6 +77,18 @@ std::optional<bool> requeues(uint32_t job_id);
 // node count).  REQUIRES the job, node and partition read locks; not
 // thread-safe (a cache): call only under slurmctld's job write lock.
 bool needs_whole_nodes(const job_record_t* job);
+// GPUs per node a pending preemptor asks for (--gres=gpu:N and
+// --gpus-per-node; --gpus=N over its minimum node count; 0: none).
+// REQUIRES the job read lock.
+uint64_t gpus_per_node_asked(const job_record_t* job);
+// fn(i, gpus) for each node index i the job holds, with the GPUs it was
+// allocated there (0 on a node where it has none).  REQUIRES the job read
+// lock.
+void for_each_node_gpus(const job_record_t* job, const std::function<void(uint32_t, uint64_t)>& fn);
+// GPUs not allocated on node `node`, when `preemptor` could run there (in
+// its partition, neither down nor drained); nullopt otherwise.  REQUIRES
+// the job and node read locks.
+std::optional<uint64_t> free_gpus_for(const job_record_t* preemptor, uint32_t node);
 // fn(i) for each node index i the job holds (none when it holds none).
 // REQUIRES the job read lock.
 void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>& fn);

@@ -412,3 +412,30 @@ def test_a_whole_node_p0_clears_the_nodes_with_the_fewest_victims(c):
     assert all(states[j] == "RUNNING" for j in small + [p1]), states
     assert all(states[j] != "RUNNING" for j in big), states
     assert submit_to_start(c, p0) <= 5, c.show_job(p0)
+
+
+def test_a_part_node_p1_takes_the_fewest_runs_of_one_node(c):
+    """A 4-GPU P1 job needs half a node.  gpu1 holds eight 1-GPU P3 runs;
+    gpu2 one 4-GPU P3 run and four 1-GPU P3 runs; gpu3 and gpu4 P1 jobs
+    (never preempted).  The P1 job takes the 4-GPU run on gpu2: one P3 run
+    preempted, not four.  The small runs started a minute mark after the
+    big one, so the order by run time alone (shorter first) would take
+    four of them."""
+    guaranteed = [submit(c, "pccarol", "acct-api", "p1", 8, "-w", n) for n in ("gpu3", "gpu4")]
+    big = submit(c, "pcbob", "acct-spot", "p3", 4, "-w", "gpu2")
+    c.wait_for("the first jobs to run", lambda: all(running(c, j) for j in guaranteed + [big]),
+               timeout=60)
+    started = datetime.datetime.fromisoformat(c.show_job(big)["StartTime"]).timestamp()
+    c.wait_for("the next minute mark", lambda: time.time() // 60 > started // 60, timeout=70)
+    small = [submit(c, "pcbob", "acct-spot", "p3", 1, "-w", n)
+             for n in ["gpu1"] * 8 + ["gpu2"] * 4]
+    c.wait_for("the 1-GPU jobs to run", lambda: all(running(c, j) for j in small), timeout=60)
+    p1 = submit(c, "pccarol", "acct-api", "p1", 4)
+    c.wait_for("the 4-GPU P1 job to run", lambda: running(c, p1), timeout=90)
+    states = {j: c.state(j) for j in small + [big]}
+    print(f"\npart-node P1 over crowded nodes: running {submit_to_start(c, p1):.0f} s after "
+          f"submission; on {c.show_job(p1)['NodeList']}; states {states}")
+    assert c.show_job(p1)["NodeList"] == "gpu2"
+    assert all(states[j] == "RUNNING" for j in small), states
+    assert states[big] != "RUNNING", states
+    assert submit_to_start(c, p1) <= 5, c.show_job(p1)

@@ -430,7 +430,9 @@ TEST(VictimOrderTest, WholeNodePreemptorsClearTheLeastCrowdedNodesFirst) {
   // Node 0: seven 1-GPU P3 runs; node 1: one 8-GPU P3 run; node 2: one
   // 8-GPU P2 run; node 3: one 16-GPU P2 run with node 4.
   NodeCrowding c;
-  c.begin(42, true, 5);
+  NodeCrowding::Ask whole;
+  whole.whole_nodes = true;
+  c.begin(42, whole, 5);
   EXPECT_TRUE(c.collecting_for(42));
   EXPECT_FALSE(c.collecting_for(43));
   for (int i = 0; i < 7; ++i) add_on(c, {0});
@@ -453,17 +455,93 @@ TEST(VictimOrderTest, WholeNodePreemptorsClearTheLeastCrowdedNodesFirst) {
   EXPECT_GT(rank(p3, {0}, 0), kInGraceRank);
   // A new round starts from nothing; a preemptor that does not need whole
   // nodes counts nothing and keeps the tier order.
-  c.begin(43, false, 5);
+  c.begin(43, {}, 5);
   add_on(c, {0});
   EXPECT_EQ(crowd(c, {0}), 0u);
   EXPECT_LT(victim_rank({p3, 0, 500, crowd(c, {0})}), victim_rank({p2, 0, 0, crowd(c, {2})}));
-  c.begin(44, true, 5);
+  c.begin(44, whole, 5);
   EXPECT_EQ(crowd(c, {0}), 0u);
   add_on(c, {0});
   EXPECT_EQ(crowd(c, {0}), 1u);
   // Nodes outside the table are ignored, not a crash.
   add_on(c, {99});
   EXPECT_EQ(crowd(c, {99}), 0u);
+}
+
+// A preemptor that needs GPUs on one node: the runs of the node that frees
+// them with the fewest victims come first (the most GPUs first there),
+// the node's other runs after everyone; free GPUs and runs already in
+// their grace count as free; nodes it cannot use count for nothing.
+TEST(VictimOrderTest, PartNodePreemptorsTakeTheFewestRunsOfOneNode) {
+  const TierTable t = TierTable::defaults();
+  const uint8_t p3 = t.tier(TierId::kP3).victim_class, p2 = t.tier(TierId::kP2).victim_class;
+  NodeCrowding c;
+  NodeCrowding::Ask ask;
+  ask.gpus = 4;
+  c.begin(42, ask, 8);
+  EXPECT_TRUE(c.gpus_on_a_node());
+  EXPECT_FALSE(c.whole_nodes());
+  // Node 0: 1 GPU free, three 1-GPU P3 runs (10, 11, 12): three victims.
+  for (uint32_t j : {10u, 11u, 12u}) c.add(0, j, 1, 1, false, p3);
+  // Node 1: nothing free, a 4-GPU P2 run (20) and two 2-GPU P3 runs
+  // (21, 22): one victim, the P2 run.
+  c.add(1, 20, 4, 0, false, p2);
+  c.add(1, 21, 2, 0, false, p3);
+  c.add(1, 22, 2, 0, false, p3);
+  // Node 2: 2 GPUs free, a 2-GPU P3 run (30) and two 1-GPU P3 runs
+  // (31, 32): one victim, the 2-GPU run.
+  c.add(2, 31, 1, 2, false, p3);
+  c.add(2, 30, 2, 2, false, p3);
+  c.add(2, 32, 1, 2, false, p3);
+  // Node 3: the preemptor cannot use it.
+  c.add(3, 40, 4, std::nullopt, false, p3);
+  // Node 4: 1 free, a 2-GPU run already in its grace (50), two 1-GPU P3
+  // runs (51, 52): one more victim.
+  c.add(4, 50, 2, 1, true, p3);
+  c.add(4, 51, 1, 1, false, p3);
+  c.add(4, 52, 1, 1, false, p3);
+  // Node 5: not enough even with every run on it.
+  c.add(5, 60, 1, 0, false, p3);
+  c.close();
+  EXPECT_EQ(c.fewest_victims(10), 3u);
+  EXPECT_EQ(c.fewest_victims(12), 3u);
+  EXPECT_EQ(c.fewest_victims(20), 1u);
+  EXPECT_EQ(c.fewest_victims(21), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(30), 1u);
+  EXPECT_EQ(c.fewest_victims(31), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(40), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(51), 1u);  // 51 before 52 among equals
+  EXPECT_EQ(c.fewest_victims(52), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(60), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(99), NodeCrowding::kNotNeeded);  // never offered
+  auto rank = [&](uint8_t cls, uint32_t job, uint32_t minutes) {
+    return victim_rank({cls, 0, minutes, c.fewest_victims(job)});
+  };
+  // One victim before three, whatever the tier or the run; among nodes
+  // of one victim the tier order; the runs that free nothing useful last.
+  EXPECT_LT(rank(p3, 30, 500), rank(p2, 20, 0));
+  EXPECT_LT(rank(p2, 20, 500), rank(p3, 10, 0));
+  EXPECT_LT(rank(p3, 10, 500), rank(p3, 31, 0));
+  EXPECT_LT(rank(p3, 12, 500), rank(p3, 60, 0));
+  // A run on two nodes counts where it helps most.
+  NodeCrowding::Ask two;
+  two.gpus = 8;
+  c.begin(43, two, 8);
+  c.add(6, 70, 4, 4, false, p3);  // node 6: 4 free + 70's 4: one victim
+  c.add(7, 70, 4, 0, false, p3);  // node 7: 70 and 71 both needed
+  c.add(7, 71, 4, 0, false, p3);
+  c.close();
+  EXPECT_EQ(c.fewest_victims(70), 1u);
+  EXPECT_EQ(c.fewest_victims(71), 2u);
+  // Whole nodes and no ask count nothing here.
+  c.begin(44, {}, 8);
+  c.add(0, 10, 1, 1, false, p3);
+  EXPECT_EQ(c.fewest_victims(10), 0u);
+  NodeCrowding::Ask whole;
+  whole.whole_nodes = true;
+  c.begin(45, whole, 8);
+  c.add(0, 10, 1, 1, false, p3);
+  EXPECT_EQ(c.fewest_victims(10), 0u);
 }
 
 // Rounds as Slurm makes them: one preemptor's candidates in a row, then
@@ -474,7 +552,9 @@ TEST(VictimOrderTest, NodeCrowdingRounds) {
   int asked = 0;
   auto whole = [&] {
     ++asked;
-    return true;
+    NodeCrowding::Ask a;
+    a.whole_nodes = true;
+    return a;
   };
   // Preemptor 7: candidates 1 (node 0) and 2 (node 0), then sorted.
   EXPECT_TRUE(c.offer(7, 1, whole, 4));
@@ -495,7 +575,7 @@ TEST(VictimOrderTest, NodeCrowdingRounds) {
   EXPECT_EQ(asked, 3);
   // Another preemptor, which does not need whole nodes: nothing counted.
   EXPECT_FALSE(c.offer(
-      8, 1, [] { return false; }, 4));
+      8, 1, [] { return NodeCrowding::Ask{}; }, 4));
   EXPECT_EQ(c.on_node(0), 0u);
 }
 
