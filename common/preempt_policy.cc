@@ -160,40 +160,82 @@ void NodeCrowding::add(uint32_t node) {
 }
 
 void NodeCrowding::add(uint32_t node, uint32_t job, uint32_t gpus,
-                       std::optional<uint32_t> free_gpus, bool in_grace, uint8_t victim_class) {
+                       std::optional<NodeGpus> node_gpus, bool in_grace, uint32_t order) {
   if (!gpus_on_a_node() || !open_) return;
   auto [it, first] = held_.try_emplace(node);
   NodeHeld& n = it->second;
   if (first) {
-    n.usable = free_gpus.has_value();
-    n.free_gpus = free_gpus.value_or(0);
+    n.usable = node_gpus.has_value();
+    n.total = node_gpus ? node_gpus->total : 0;
+    n.free_gpus = node_gpus ? node_gpus->free : 0;
   }
-  if (in_grace)
+  if (in_grace) {
     n.free_gpus += gpus;  // comes free whatever is chosen
-  else if (gpus)
-    n.held.push_back({job, gpus, victim_class});
+  } else {
+    n.held.push_back({job, gpus, order});
+    n.held_gpus += gpus;
+  }
   worked_out_ = false;
+}
+
+void NodeCrowding::mark(uint32_t job, uint32_t count) {
+  auto [v, first] = victims_.try_emplace(job, count);
+  if (!first) v->second = std::min(v->second, count);
 }
 
 void NodeCrowding::work_out() {
   victims_.clear();
   for (auto& [node, n] : held_) {
-    if (!n.usable || n.free_gpus >= ask_.gpus) continue;
-    // The most GPUs first: the fewest runs; the lower class among equals.
-    std::sort(n.held.begin(), n.held.end(), [](const Held& a, const Held& b) {
-      if (a.gpus != b.gpus) return a.gpus > b.gpus;
-      if (a.victim_class != b.victim_class) return a.victim_class < b.victim_class;
-      return a.job < b.job;
-    });
-    uint64_t freed = n.free_gpus;
-    size_t k = 0;
-    while (k < n.held.size() && freed < ask_.gpus) freed += n.held[k++].gpus;
-    if (freed < ask_.gpus) continue;  // not enough here even with all of them
-    const uint32_t count = static_cast<uint32_t>(std::min<size_t>(k, kNotNeeded - 1));
-    for (size_t i = 0; i < k; ++i) {
-      auto [v, first] = victims_.try_emplace(n.held[i].job, count);
-      if (!first) v->second = std::min(v->second, count);
+    if (!n.usable) continue;
+    // Work that is no candidate's pins the node: it never comes clear.
+    const uint32_t base = uint64_t{n.free_gpus} + n.held_gpus < n.total ? 0 : kClear;
+    if (n.free_gpus >= ask_.gpus) {
+      // Not the GPUs: any candidate may be what frees the node.
+      for (const Held& h : n.held) mark(h.job, base + 1);
+      continue;
     }
+    std::vector<Held>& held = n.held;
+    // How few: the most GPUs first.
+    std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) {
+      if (a.gpus != b.gpus) return a.gpus > b.gpus;
+      return a.order != b.order ? a.order < b.order : a.job < b.job;
+    });
+    const uint64_t gap = ask_.gpus - n.free_gpus;
+    uint64_t freed = 0;
+    size_t k = 0;
+    while (k < held.size() && freed < gap) freed += held[k++].gpus;
+    if (freed < gap) continue;  // not enough here even with all of them
+    // Of the sets of k that free enough, the one the victim order prefers:
+    // slot by slot, the first candidate in that order after which the
+    // largest of the others still make up the rest.
+    std::vector<size_t> by_order(held.size());
+    for (size_t i = 0; i < held.size(); ++i) by_order[i] = i;
+    std::sort(by_order.begin(), by_order.end(), [&held](size_t a, size_t b) {
+      return held[a].order != held[b].order ? held[a].order < held[b].order
+                                            : held[a].job < held[b].job;
+    });
+    std::vector<bool> taken(held.size(), false);
+    uint64_t rest = gap;
+    for (size_t slot = 0; slot < k && rest > 0; ++slot) {
+      for (size_t i : by_order) {
+        if (taken[i] || !held[i].gpus) continue;
+        const uint64_t after = rest > held[i].gpus ? rest - held[i].gpus : 0;
+        uint64_t largest = 0;  // `held` is sorted by GPUs, most first
+        size_t left = k - slot - 1;
+        for (size_t j = 0; j < held.size() && left; ++j)
+          if (j != i && !taken[j]) {
+            largest += held[j].gpus;
+            --left;
+          }
+        if (largest < after) continue;
+        taken[i] = true;
+        rest = after;
+        break;
+      }
+    }
+    const uint32_t count = static_cast<uint32_t>(std::min<size_t>(base + k, kNotNeeded - 1));
+    for (size_t i = 0; i < held.size(); ++i)
+      if (taken[i]) mark(held[i].job, count);
   }
   worked_out_ = true;
 }

@@ -149,10 +149,20 @@ struct VictimFacts {
 //     per node as its partition's largest node has): the fewer candidates
 //     on a node, the earlier;
 //   - a preemptor that needs `gpus` GPUs on a node: per node, its free
-//     GPUs plus those of candidates already in their grace, then the
-//     candidates with the most GPUs there (P3 before P2 among equals)
-//     until `gpus` are free; those candidates rank by how many they are,
-//     the node's others after everyone (kNotNeeded).
+//     GPUs plus those of candidates already in their grace; the fewest
+//     candidates whose GPUs make up the rest, and among sets that few the
+//     one the victim order prefers (lower class, fewer preemptions,
+//     shorter runs); those candidates rank by how many they are, the
+//     node's others after everyone (kNotNeeded).  A node with the GPUs
+//     free already is held back by something else (cores, memory): its
+//     candidates all rank as one victim, and the victim order decides.
+//     Nodes that hold work no candidate is part of (guaranteed jobs) come
+//     before nodes that do not, whatever the count: such a node can never
+//     be cleared for a job that needs whole nodes, while a node held only
+//     by spot work can.  (Without it, on the steady-state replay the
+//     part-node guaranteed jobs went to the nodes of single big spot runs,
+//     every node came to hold a guaranteed job, and 16-GPU P0/P1 jobs
+//     waited 70-80 s for two whole nodes.)
 // Counted per preemptor from the candidates Slurm offers (preemptable(),
 // in one pass over its job list, then sorted with the victim rank).  Jobs
 // that are no candidates (a guaranteed job) are not counted: a node
@@ -167,6 +177,13 @@ class NodeCrowding {
     bool counts() const { return whole_nodes || gpus; }
   };
   static constexpr uint32_t kNotNeeded = 62;
+  // fewest_victims() of a node holding only candidates: kClear + count.
+  static constexpr uint32_t kClear = 31;
+  // A node's GPUs (of the type the preemptor asks for).
+  struct NodeGpus {
+    uint32_t total = 0;
+    uint32_t free = 0;  // not allocated
+  };
 
   // Slurm offers running `candidate` for `preemptor`.  A new round starts
   // when the preemptor changed, the last round was closed, or the round's
@@ -186,10 +203,11 @@ class NodeCrowding {
   // node it holds).
   void add(uint32_t node);
   // GPUs on a node: the candidate `job` holds `gpus` GPUs on node `node`,
-  // which has `free_gpus` unallocated (nullopt: the preemptor cannot use
-  // the node); `in_grace`: it is already being preempted.
-  void add(uint32_t node, uint32_t job, uint32_t gpus, std::optional<uint32_t> free_gpus,
-           bool in_grace, uint8_t victim_class);
+  // which has `node_gpus` (nullopt: the preemptor cannot use the node);
+  // `in_grace`: it is already being preempted; `order`: its victim_rank()
+  // without the node key (lower: taken first).
+  void add(uint32_t node, uint32_t job, uint32_t gpus, std::optional<NodeGpus> node_gpus,
+           bool in_grace, uint32_t order);
   // The round's candidates are being sorted.
   void close() { open_ = false; }
   // Whole nodes: candidates on node `node` (0 when not counting).  A
@@ -198,8 +216,9 @@ class NodeCrowding {
     return ask_.whole_nodes && node < per_node_.size() ? per_node_[node] : 0;
   }
   // GPUs on a node: how many runs must go for the preemptor's GPUs on
-  // the best node `job` is on, when `job` is among them; kNotNeeded when
-  // it is not; 0 when not counting.  Worked out at the first call after
+  // the best node `job` is on, when `job` is among them (plus kClear on
+  // a node that holds only candidates); kNotNeeded when it is not; 0
+  // when not counting.  Worked out at the first call after
   // the round's last add().
   uint32_t fewest_victims(uint32_t job);
 
@@ -207,14 +226,17 @@ class NodeCrowding {
   struct Held {
     uint32_t job;
     uint32_t gpus;
-    uint8_t victim_class;
+    uint32_t order;
   };
   struct NodeHeld {
+    uint32_t total = 0;
     uint32_t free_gpus = 0;  // incl. candidates in their grace
+    uint32_t held_gpus = 0;  // candidates' not in their grace
     bool usable = false;
     std::vector<Held> held;
   };
   void work_out();
+  void mark(uint32_t job, uint32_t count);
 
   uint32_t preemptor_ = 0;
   uint32_t first_ = 0;  // the round's first candidate

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <exception>
 #include <optional>
+#include <string>
 
 #include "common/infusion.h"
 #include "common/preempt_policy.h"
@@ -68,10 +69,30 @@ bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
   return true;
 }
 
+// What the victim order knows of running `job` at `now`, but for its
+// nodes: its tier's class (P3 demoted below P2 while the P3 budget is
+// spent), its preemptions in the window, its run.  Under slurmctld's job
+// lock.
+planc::VictimFacts victim_facts(job_record_t* job, time_t now) {
+  const Policy& pol = policy(*g);
+  const Tier* t = planc::slurm::job_tier(pol.tiers, job);
+  uint8_t victim_class = t ? t->victim_class : uint8_t{3};
+  if (t && pol.config->p3_preempt_max_percent && g->budget_spent.load(std::memory_order_relaxed))
+    victim_class = planc::victim_class_now(victim_class,
+                                           planc::slurm::counted_tier_of(job, t->id) == TierId::kP3,
+                                           true, pol.config->tiers.tier(TierId::kP2).victim_class);
+  planc::VictimFacts v{victim_class, 0, planc::run_minutes(job->start_time, now)};
+  if (g->in_ledger.maybe_contains(job->job_id)) {
+    planc::MutexLock l(g->mu);
+    v.recent_preemptions = g->tracker.ledger().count_in_window(job->job_id, now);
+  }
+  return v;
+}
+
 // A running candidate Slurm is offered for `preemptor`: counted on its
 // nodes when the preemptor needs whole nodes or GPUs on a node
-// (common/preempt_policy.h NodeCrowding).  Slurm offers one preemptor's candidates in one pass over
-// its job list, then sorts them (get_data PREEMPT_DATA_PRIO) and its
+// (common/preempt_policy.h NodeCrowding).  Slurm offers one preemptor's
+// candidates in one pass over its job list, then sorts them (get_data PREEMPT_DATA_PRIO) and its
 // select plugin asks each one's mode (PREEMPT_DATA_MODE): either closes
 // the round.  The round's first candidate offered again also starts a new
 // one.  Pending jobs are skipped at once: the job queue's sort asks
@@ -95,15 +116,18 @@ void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
     planc::slurm::for_each_node(preemptee, [](uint32_t n) { g->crowding.add(n); });
     return;
   }
-  const Tier* t = planc::slurm::job_tier(policy(*g).tiers, preemptee);
-  const uint8_t victim_class = t ? t->victim_class : uint8_t{3};
   const bool in_grace = preemptee->preempt_time != 0;
-  planc::slurm::for_each_node_gpus(preemptee, [&](uint32_t n, uint64_t gpus) {
-    auto free = planc::slurm::free_gpus_for(preemptor, n);
-    g->crowding.add(
-        n, preemptee->job_id, static_cast<uint32_t>(std::min<uint64_t>(gpus, 0xffff)),
-        free ? std::optional<uint32_t>(std::min<uint64_t>(*free, 0xffff)) : std::nullopt, in_grace,
-        victim_class);
+  const uint32_t order =
+      in_grace ? planc::kInGraceRank : planc::victim_rank(victim_facts(preemptee, time(nullptr)));
+  const std::string type = planc::slurm::gpu_type_asked(preemptor);
+  planc::slurm::for_each_node_gpus(preemptee, type, [&](uint32_t n, uint64_t gpus) {
+    auto free = planc::slurm::node_gpus_for(preemptor, type, n);
+    g->crowding.add(n, preemptee->job_id, static_cast<uint32_t>(std::min<uint64_t>(gpus, 0xffff)),
+                    free ? std::optional<planc::NodeCrowding::NodeGpus>(
+                               {static_cast<uint32_t>(std::min<uint64_t>(free->total, 0xffff)),
+                                static_cast<uint32_t>(std::min<uint64_t>(free->free, 0xffff))})
+                         : std::nullopt,
+                    in_grace, order);
   });
 }
 
@@ -235,27 +259,13 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
           *static_cast<uint32_t*>(data) = planc::kInGraceRank;
           return SLURM_SUCCESS;
         }
-        const Policy& pol = policy(*g);
-        const Tier* t = planc::slurm::job_tier(pol.tiers, job_ptr);
-        time_t now = time(nullptr);
-        uint8_t victim_class = t ? t->victim_class : uint8_t{3};
-        if (t && pol.config->p3_preempt_max_percent &&
-            g->budget_spent.load(std::memory_order_relaxed))
-          victim_class = planc::victim_class_now(
-              victim_class, planc::slurm::counted_tier_of(job_ptr, t->id) == TierId::kP3, true,
-              pol.config->tiers.tier(TierId::kP2).victim_class);
-        planc::VictimFacts v{victim_class, 0, 0};
+        planc::VictimFacts v = victim_facts(job_ptr, time(nullptr));
         if (g->crowding.whole_nodes())
           planc::slurm::for_each_node(job_ptr, [&v](uint32_t n) {
             v.node_victims = std::max(v.node_victims, g->crowding.on_node(n));
           });
         else if (g->crowding.gpus_on_a_node())
           v.node_victims = g->crowding.fewest_victims(job_ptr->job_id);
-        v.run_minutes = planc::run_minutes(job_ptr->start_time, now);
-        if (g->in_ledger.maybe_contains(job_ptr->job_id)) {
-          planc::MutexLock l(g->mu);
-          v.recent_preemptions = g->tracker.ledger().count_in_window(job_ptr->job_id, now);
-        }
         *static_cast<uint32_t*>(data) = planc::victim_rank(v);
         return SLURM_SUCCESS;
       }

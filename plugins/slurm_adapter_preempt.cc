@@ -198,16 +198,25 @@ struct NodeGpus {
   uint64_t avail = 0, alloc = 0;
 };
 
-NodeGpus gpus_of_node(const node_record_t* node) {
+// A node's GPUs, of `type` only unless empty.
+NodeGpus gpus_of_node(const node_record_t* node, const std::string& type = {}) {
   NodeGpus n;
   if (!node || !node->gres_list) return n;
   ListIterator it = list_iterator_create(node->gres_list);
-  while (auto* g = static_cast<gres_state_t*>(list_next(it)))
-    if (g->gres_name && std::strcmp(g->gres_name, "gpu") == 0 && g->gres_data) {
-      const auto* d = static_cast<const gres_node_state_t*>(g->gres_data);
+  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
+    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0 || !g->gres_data) continue;
+    const auto* d = static_cast<const gres_node_state_t*>(g->gres_data);
+    if (type.empty()) {
       n.avail += d->gres_cnt_avail;
       n.alloc += d->gres_cnt_alloc;
+      continue;
     }
+    for (uint16_t i = 0; i < d->type_cnt; ++i)
+      if (d->type_name && d->type_name[i] && type == d->type_name[i]) {
+        n.avail += d->type_cnt_avail ? d->type_cnt_avail[i] : 0;
+        n.alloc += d->type_cnt_alloc ? d->type_cnt_alloc[i] : 0;
+      }
+  }
   list_iterator_destroy(it);
   return n;
 }
@@ -254,7 +263,23 @@ void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>&
     if (bit_test(job->node_bitmap, i)) fn(static_cast<uint32_t>(i));
 }
 
-void for_each_node_gpus(const job_record_t* job,
+std::string gpu_type_asked(const job_record_t* job) {
+  std::string type;
+  if (!job || !job->gres_list_req) return type;
+  ListIterator it = list_iterator_create(job->gres_list_req);
+  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
+    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0 || !g->gres_data) continue;
+    const auto* d = static_cast<const gres_job_state_t*>(g->gres_data);
+    if (d->type_name && *d->type_name) {
+      type = d->type_name;
+      break;
+    }
+  }
+  list_iterator_destroy(it);
+  return type;
+}
+
+void for_each_node_gpus(const job_record_t* job, const std::string& type,
                         const std::function<void(uint32_t, uint64_t)>& fn) {
   if (!job || !job->node_bitmap) return;
   const int last = bit_fls(job->node_bitmap);
@@ -267,7 +292,10 @@ void for_each_node_gpus(const job_record_t* job,
       while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
         if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0 || !g->gres_data) continue;
         const auto* d = static_cast<const gres_job_state_t*>(g->gres_data);
-        if (d->gres_cnt_node_alloc && j < d->node_cnt) gpus += d->gres_cnt_node_alloc[j];
+        if (!type.empty() && d->type_name && type != d->type_name) continue;
+        if (d->gres_cnt_node_alloc && j < d->node_cnt &&
+            d->gres_cnt_node_alloc[j] != NO_CONSUME_VAL64)
+          gpus += d->gres_cnt_node_alloc[j];
       }
       list_iterator_destroy(it);
     }
@@ -276,7 +304,8 @@ void for_each_node_gpus(const job_record_t* job,
   }
 }
 
-std::optional<uint64_t> free_gpus_for(const job_record_t* preemptor, uint32_t node) {
+std::optional<NodeGpuCount> node_gpus_for(const job_record_t* preemptor, const std::string& type,
+                                          uint32_t node) {
   if (!preemptor || node >= node_count() || !avail_node_bitmap ||
       !bit_test(avail_node_bitmap, node))
     return std::nullopt;
@@ -285,8 +314,8 @@ std::optional<uint64_t> free_gpus_for(const job_record_t* preemptor, uint32_t no
     return std::nullopt;
   const node_record_t* n = node_record_table_ptr[node];
   if (!n) return std::nullopt;
-  const NodeGpus g = gpus_of_node(n);
-  return g.avail > g.alloc ? g.avail - g.alloc : 0;
+  const NodeGpus g = gpus_of_node(n, type);
+  return NodeGpuCount{g.avail, g.avail > g.alloc ? g.avail - g.alloc : 0};
 }
 
 size_t node_count() { return node_record_count > 0 ? static_cast<size_t>(node_record_count) : 0; }

@@ -81,14 +81,24 @@ bool needs_whole_nodes(const job_record_t* job);
 // --gpus-per-node; --gpus=N over its minimum node count; 0: none).
 // REQUIRES the job read lock.
 uint64_t gpus_per_node_asked(const job_record_t* job);
+// The GPU type a job asks for (--gres=gpu:a100:4); empty when it names
+// none.  REQUIRES the job read lock.
+std::string gpu_type_asked(const job_record_t* job);
 // fn(i, gpus) for each node index i the job holds, with the GPUs it was
-// allocated there (0 on a node where it has none).  REQUIRES the job read
-// lock.
-void for_each_node_gpus(const job_record_t* job, const std::function<void(uint32_t, uint64_t)>& fn);
-// GPUs not allocated on node `node`, when `preemptor` could run there (in
-// its partition, neither down nor drained); nullopt otherwise.  REQUIRES
-// the job and node read locks.
-std::optional<uint64_t> free_gpus_for(const job_record_t* preemptor, uint32_t node);
+// allocated there (0 on a node where it has none); of `type` only, unless
+// empty (GPUs allocated without a type count as any type).  REQUIRES the
+// job read lock.
+void for_each_node_gpus(const job_record_t* job, const std::string& type,
+                        const std::function<void(uint32_t, uint64_t)>& fn);
+// Node `node`'s GPUs (of `type`, unless empty): all, and those not
+// allocated; when `preemptor` could run there (in its partition, neither
+// down nor drained), nullopt otherwise.  REQUIRES the job and node read
+// locks.
+struct NodeGpuCount {
+  uint64_t total = 0, free = 0;
+};
+std::optional<NodeGpuCount> node_gpus_for(const job_record_t* preemptor, const std::string& type,
+                                          uint32_t node);
 // fn(i) for each node index i the job holds (none when it holds none).
 // REQUIRES the job read lock.
 void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>& fn);

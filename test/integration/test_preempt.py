@@ -439,3 +439,25 @@ def test_a_part_node_p1_takes_the_fewest_runs_of_one_node(c):
     assert all(states[j] == "RUNNING" for j in small), states
     assert states[big] != "RUNNING", states
     assert submit_to_start(c, p1) <= 5, c.show_job(p1)
+
+
+def test_a_part_node_p1_goes_where_guaranteed_work_already_is(c):
+    """gpu1 holds a 1-GPU P1 job and seven 1-GPU P3 runs, gpu2 one 8-GPU
+    P3 run, gpu3 and gpu4 P1 jobs.  A 4-GPU P1 job takes four runs of
+    gpu1, which can never be cleared for a whole-node job anyway, rather
+    than the one run of gpu2, which keeps running and stays clearable."""
+    guaranteed = [submit(c, "pccarol", "acct-api", "p1", 8, "-w", n) for n in ("gpu3", "gpu4")]
+    guaranteed.append(submit(c, "pccarol", "acct-api", "p1", 1, "-w", "gpu1"))
+    big = submit(c, "pcbob", "acct-spot", "p3", 8, "-w", "gpu2")
+    small = [submit(c, "pcbob", "acct-spot", "p3", 1, "-w", "gpu1") for _ in range(7)]
+    c.wait_for("the jobs to run", lambda: all(running(c, j) for j in guaranteed + small + [big]),
+               timeout=60)
+    p1 = submit(c, "pccarol", "acct-api", "p1", 4)
+    c.wait_for("the 4-GPU P1 job to run", lambda: running(c, p1), timeout=90)
+    states = {j: c.state(j) for j in small + [big]}
+    print(f"\npart-node P1 beside guaranteed work: running {submit_to_start(c, p1):.0f} s after "
+          f"submission; on {c.show_job(p1)['NodeList']}; states {states}")
+    assert c.show_job(p1)["NodeList"] == "gpu1"
+    assert states[big] == "RUNNING", states
+    assert sum(states[j] != "RUNNING" for j in small) == 4, states
+    assert submit_to_start(c, p1) <= 5, c.show_job(p1)

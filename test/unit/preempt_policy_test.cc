@@ -471,9 +471,13 @@ TEST(VictimOrderTest, WholeNodePreemptorsClearTheLeastCrowdedNodesFirst) {
 // A preemptor that needs GPUs on one node: the runs of the node that frees
 // them with the fewest victims come first (the most GPUs first there),
 // the node's other runs after everyone; free GPUs and runs already in
-// their grace count as free; nodes it cannot use count for nothing.
+// their grace count as free; nodes it cannot use count for nothing.  Here
+// every node holds only candidates (kClear) until the last case.
 TEST(VictimOrderTest, PartNodePreemptorsTakeTheFewestRunsOfOneNode) {
   const TierTable t = TierTable::defaults();
+  const uint32_t kClear = NodeCrowding::kClear;
+  // A node of `total` GPUs, `free` of them free.
+  auto G = [](uint32_t total, uint32_t free) { return NodeCrowding::NodeGpus{total, free}; };
   const uint8_t p3 = t.tier(TierId::kP3).victim_class, p2 = t.tier(TierId::kP2).victim_class;
   NodeCrowding c;
   NodeCrowding::Ask ask;
@@ -482,35 +486,35 @@ TEST(VictimOrderTest, PartNodePreemptorsTakeTheFewestRunsOfOneNode) {
   EXPECT_TRUE(c.gpus_on_a_node());
   EXPECT_FALSE(c.whole_nodes());
   // Node 0: 1 GPU free, three 1-GPU P3 runs (10, 11, 12): three victims.
-  for (uint32_t j : {10u, 11u, 12u}) c.add(0, j, 1, 1, false, p3);
+  for (uint32_t j : {10u, 11u, 12u}) c.add(0, j, 1, G(4, 1), false, p3);
   // Node 1: nothing free, a 4-GPU P2 run (20) and two 2-GPU P3 runs
   // (21, 22): one victim, the P2 run.
-  c.add(1, 20, 4, 0, false, p2);
-  c.add(1, 21, 2, 0, false, p3);
-  c.add(1, 22, 2, 0, false, p3);
+  c.add(1, 20, 4, G(8, 0), false, p2);
+  c.add(1, 21, 2, G(8, 0), false, p3);
+  c.add(1, 22, 2, G(8, 0), false, p3);
   // Node 2: 2 GPUs free, a 2-GPU P3 run (30) and two 1-GPU P3 runs
   // (31, 32): one victim, the 2-GPU run.
-  c.add(2, 31, 1, 2, false, p3);
-  c.add(2, 30, 2, 2, false, p3);
-  c.add(2, 32, 1, 2, false, p3);
+  c.add(2, 31, 1, G(6, 2), false, p3);
+  c.add(2, 30, 2, G(6, 2), false, p3);
+  c.add(2, 32, 1, G(6, 2), false, p3);
   // Node 3: the preemptor cannot use it.
   c.add(3, 40, 4, std::nullopt, false, p3);
   // Node 4: 1 free, a 2-GPU run already in its grace (50), two 1-GPU P3
   // runs (51, 52): one more victim.
-  c.add(4, 50, 2, 1, true, p3);
-  c.add(4, 51, 1, 1, false, p3);
-  c.add(4, 52, 1, 1, false, p3);
+  c.add(4, 50, 2, G(5, 1), true, p3);
+  c.add(4, 51, 1, G(5, 1), false, p3);
+  c.add(4, 52, 1, G(5, 1), false, p3);
   // Node 5: not enough even with every run on it.
-  c.add(5, 60, 1, 0, false, p3);
+  c.add(5, 60, 1, G(1, 0), false, p3);
   c.close();
-  EXPECT_EQ(c.fewest_victims(10), 3u);
-  EXPECT_EQ(c.fewest_victims(12), 3u);
-  EXPECT_EQ(c.fewest_victims(20), 1u);
+  EXPECT_EQ(c.fewest_victims(10), kClear + 3);
+  EXPECT_EQ(c.fewest_victims(12), kClear + 3);
+  EXPECT_EQ(c.fewest_victims(20), kClear + 1);
   EXPECT_EQ(c.fewest_victims(21), NodeCrowding::kNotNeeded);
-  EXPECT_EQ(c.fewest_victims(30), 1u);
+  EXPECT_EQ(c.fewest_victims(30), kClear + 1);
   EXPECT_EQ(c.fewest_victims(31), NodeCrowding::kNotNeeded);
   EXPECT_EQ(c.fewest_victims(40), NodeCrowding::kNotNeeded);
-  EXPECT_EQ(c.fewest_victims(51), 1u);  // 51 before 52 among equals
+  EXPECT_EQ(c.fewest_victims(51), kClear + 1);  // 51 before 52 among equals
   EXPECT_EQ(c.fewest_victims(52), NodeCrowding::kNotNeeded);
   EXPECT_EQ(c.fewest_victims(60), NodeCrowding::kNotNeeded);
   EXPECT_EQ(c.fewest_victims(99), NodeCrowding::kNotNeeded);  // never offered
@@ -523,24 +527,69 @@ TEST(VictimOrderTest, PartNodePreemptorsTakeTheFewestRunsOfOneNode) {
   EXPECT_LT(rank(p2, 20, 500), rank(p3, 10, 0));
   EXPECT_LT(rank(p3, 10, 500), rank(p3, 31, 0));
   EXPECT_LT(rank(p3, 12, 500), rank(p3, 60, 0));
+  // Among sets of one run, the one the victim order prefers: a node with
+  // 2 GPUs free, a 4-GPU P2 run (80) and a 2-GPU P3 run (81): the P3 run
+  // frees enough alone.  Among sets of two, likewise: none free, a 3-GPU
+  // P2 run (90), two 2-GPU P3 runs (91, 92; 92 has run longer), a 1-GPU
+  // P2 run (94) and a CPU-only run (93): 91 and 92 rather than the P2 run.
+  NodeCrowding::Ask four;
+  four.gpus = 4;
+  c.begin(46, four, 8);
+  c.add(0, 80, 4, G(8, 2), false, victim_rank({p2, 0, 0}));
+  c.add(0, 81, 2, G(8, 2), false, victim_rank({p3, 0, 9}));
+  c.add(1, 90, 3, G(8, 0), false, victim_rank({p2, 0, 0}));
+  c.add(1, 91, 2, G(8, 0), false, victim_rank({p3, 0, 1}));
+  c.add(1, 92, 2, G(8, 0), false, victim_rank({p3, 0, 5}));
+  c.add(1, 93, 0, G(8, 0), false, victim_rank({p3, 0, 0}));
+  c.add(1, 94, 1, G(8, 0), false, victim_rank({p2, 0, 0}));
+  c.close();
+  EXPECT_EQ(c.fewest_victims(81), kClear + 1);
+  EXPECT_EQ(c.fewest_victims(80), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(91), kClear + 2);
+  EXPECT_EQ(c.fewest_victims(92), kClear + 2);
+  EXPECT_EQ(c.fewest_victims(90), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(93), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(94), NodeCrowding::kNotNeeded);
+  // A node with the GPUs free already is held back by something else
+  // (cores, memory): each of its runs, CPU-only ones too, may be the one.
+  c.begin(47, four, 8);
+  c.add(2, 100, 1, G(5, 4), false, victim_rank({p3, 0, 0}));
+  c.add(2, 101, 0, G(5, 4), false, victim_rank({p3, 0, 0}));
+  c.add(3, 102, 4, G(4, 0), false, victim_rank({p3, 0, 0}));
+  c.close();
+  EXPECT_EQ(c.fewest_victims(100), kClear + 1);
+  EXPECT_EQ(c.fewest_victims(101), kClear + 1);
+  EXPECT_EQ(c.fewest_victims(102), kClear + 1);
   // A run on two nodes counts where it helps most.
   NodeCrowding::Ask two;
   two.gpus = 8;
   c.begin(43, two, 8);
-  c.add(6, 70, 4, 4, false, p3);  // node 6: 4 free + 70's 4: one victim
-  c.add(7, 70, 4, 0, false, p3);  // node 7: 70 and 71 both needed
-  c.add(7, 71, 4, 0, false, p3);
+  c.add(6, 70, 4, G(8, 4), false, p3);  // node 6: 4 free + 70's 4: one victim
+  c.add(7, 70, 4, G(8, 0), false, p3);  // node 7: 70 and 71 both needed
+  c.add(7, 71, 4, G(8, 0), false, p3);
   c.close();
-  EXPECT_EQ(c.fewest_victims(70), 1u);
-  EXPECT_EQ(c.fewest_victims(71), 2u);
+  EXPECT_EQ(c.fewest_victims(70), kClear + 1);
+  EXPECT_EQ(c.fewest_victims(71), kClear + 2);
+  // A node pinned by work that is no candidate's (a guaranteed job) comes
+  // before any node that could be cleared, even at more victims: node 8
+  // (4 GPUs of guaranteed work, 1 free, three 1-GPU P3 runs) before node 9
+  // (one 8-GPU P3 run).
+  c.begin(48, four, 10);
+  for (uint32_t j : {110u, 111u, 112u}) c.add(8, j, 1, G(8, 1), false, p3);
+  c.add(9, 120, 8, G(8, 0), false, p3);
+  c.close();
+  EXPECT_EQ(c.fewest_victims(110), 3u);
+  EXPECT_EQ(c.fewest_victims(120), kClear + 1);
+  EXPECT_LT(victim_rank({p3, 0, 500, c.fewest_victims(110)}),
+            victim_rank({p3, 0, 0, c.fewest_victims(120)}));
   // Whole nodes and no ask count nothing here.
   c.begin(44, {}, 8);
-  c.add(0, 10, 1, 1, false, p3);
+  c.add(0, 10, 1, G(2, 1), false, p3);
   EXPECT_EQ(c.fewest_victims(10), 0u);
   NodeCrowding::Ask whole;
   whole.whole_nodes = true;
   c.begin(45, whole, 8);
-  c.add(0, 10, 1, 1, false, p3);
+  c.add(0, 10, 1, G(2, 1), false, p3);
   EXPECT_EQ(c.fewest_victims(10), 0u);
 }
 
