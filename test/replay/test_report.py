@@ -454,3 +454,25 @@ def test_a_run_slurmdbd_lost_is_named_not_a_problem_when_slurmctlds_log_shows_it
             open(os.path.join(d2, "slurmctld.log"), "w") as dst:
         dst.write(src.read())
     assert "run of job 17 started 1000: billed, not in slurmdbd" in R.check_consistency(d2)
+
+
+def test_the_worst_p3_hours_name_their_preemptors_from_slurmctlds_log(basic):
+    # w000004 (job 14, P3, 2 GPUs) was preempted at 1100 by w000002 (job
+    # 12, P0, 4 GPUs), which also took w000001 (job 11, P2: not a P3 run).
+    run = R.Run(basic)
+    assert R.worst_p3_hours(run, R.compute_kpis(run)) == []  # no log, nothing named
+    with open(os.path.join(basic, "slurmctld.log"), "w") as f:
+        f.write("[1970-01-01T00:16:40.000] _slurm_rpc_submit_batch_job: JobId=11 InitPrio=1 usec=1\n"
+                "[1970-01-01T00:18:20.000] preempted JobId=14 has been requeued to reclaim "
+                "resources for JobId=12\n"
+                "[1970-01-01T00:18:20.000] preempted JobId=11 has been requeued to reclaim "
+                "resources for JobId=12\n")
+    run = R.Run(basic)
+    k = R.compute_kpis(run)
+    assert R.log_preemptions(run) == [{"time": 1100.0, "job_id": "14", "by": "12"},
+                                      {"time": 1100.0, "job_id": "11", "by": "12"}]
+    worst = R.worst_p3_hours(run, k)
+    assert worst == [{"hour": 0, "preempted": 1, "ran": 2, "rate": 0.5, "by": [
+        {"job_id": "12", "tier": "P0", "gpus": 4, "victims": [("14", 2)]}]}]
+    assert ("Trace hour 0: 1 of 2 P3 runs preempted (50.0%); job 12 (P0, 4 GPUs) took 14 (2)."
+            in R._run_section(run, k, []))

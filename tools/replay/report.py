@@ -601,6 +601,7 @@ def section9(run: Run, out: Dict[str, object], jobs_by_id: Dict[str, Dict]) -> N
           "end": run.trace(s["end"] - run.t0), "preempted": s["preempted"]}
          for s in run.segments], 0.0, trace_end)
     out["p3_rate_submitted_by_hour"] = [h["rate"] for h in p3["hours"]]
+    out["p3_hours_submitted"] = p3["hours"]
     out["p3_rate_submitted_mean"] = p3["mean"]
     out["p3_rate_submitted_worst"] = p3["worst"]
     out["p3_rate_submitted_worst_busy"] = p3["worst_busy"]
@@ -649,6 +650,10 @@ _LOG_EVENTS = (
     ("free", None, re.compile(r"^Requeuing JobId=(\d+)")),
     ("submit", None, re.compile(r"^_slurm_rpc_submit_batch_job: JobId=(\d+) ")),
 )
+# Slurm's own line for every preemption that took effect (preempt.c), under
+# stock preempt/qos as under preempt/planc: victim, then preemptor.
+_LOG_PREEMPTED = re.compile(
+    r"^preempted JobId=(\d+) has been (?:requeued|killed) to reclaim resources for JobId=(\d+)")
 
 
 def expand_nodes(node_list: str) -> List[str]:
@@ -687,12 +692,19 @@ def log_events(run: Run) -> Optional[List[Dict]]:
     import datetime
     jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
     events: List[Dict] = []
+    preemptions: List[Dict] = []
     nodes_of: Dict[str, List[str]] = {}
     offset = None
     with opener(path, "rt", errors="replace") as f:
         for line in f:
             m = _LOG_LINE.match(line)
             if not m:
+                continue
+            p = _LOG_PREEMPTED.match(m.group(2))
+            if p:
+                t = datetime.datetime.fromisoformat(m.group(1)).replace(
+                    tzinfo=datetime.timezone.utc).timestamp()
+                preemptions.append({"time": t, "job_id": p.group(1), "by": p.group(2)})
                 continue
             for kind, by, pat in _LOG_EVENTS:
                 e = pat.match(m.group(2))
@@ -716,10 +728,55 @@ def log_events(run: Run) -> Optional[List[Dict]]:
                 break
     if offset is None:
         return None
-    for e in events:
+    for e in events + preemptions:
         e["time"] += offset
     run._log_events = events
+    run._log_preemptions = preemptions
     return events
+
+
+def log_preemptions(run: Run) -> Optional[List[Dict]]:
+    """Every preemption slurmctld's log records (Slurm's own line), in log
+    order: {"time" (the run's epoch seconds), "job_id" (the victim), "by"
+    (the preemptor)}; None when the log was not kept."""
+    if log_events(run) is None:
+        return None
+    return run._log_preemptions
+
+
+def worst_p3_hours(run: Run, k: Dict[str, object], n: int = 3) -> List[Dict[str, object]]:
+    """The n worst hours of the P3 preemption rate by submitted tier, each
+    with the preemptions that made it: per preemptor (job, submitted tier,
+    GPUs) its P3 victims (job, GPUs), from slurmctld's log (the preemption
+    nearest each preempted run's end).  Empty without the log."""
+    preemptions = log_preemptions(run)
+    hours = [h for h in k.get("p3_hours_submitted") or [] if h["rate"] is not None]
+    if preemptions is None or not hours:
+        return []
+    jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
+    by_victim: Dict[str, List[Dict]] = {}
+    for p in preemptions:
+        by_victim.setdefault(p["job_id"], []).append(p)
+    out = []
+    for h in sorted(hours, key=lambda x: (-x["rate"], x["hour"]))[:n]:
+        a, b = h["hour"] * HOUR, (h["hour"] + 1) * HOUR
+        takers: Dict[str, List[str]] = {}
+        for s in run.segments:
+            j = jobs.get(str(s["job_id"]))
+            if not s["preempted"] or not j or j["tier"] != "P3":
+                continue
+            if not a < run.trace(s["end"] - run.t0) <= b:
+                continue
+            near = min(by_victim.get(str(s["job_id"]), []),
+                       key=lambda p: abs(p["time"] - s["end"]), default=None)
+            takers.setdefault(near["by"] if near else "?", []).append(str(s["job_id"]))
+        out.append({"hour": h["hour"], "preempted": h["preempted"], "ran": h["ran"],
+                    "rate": h["rate"], "by": [
+                        {"job_id": by, "tier": jobs[by]["tier"] if by in jobs else "?",
+                         "gpus": jobs[by]["gpus"] if by in jobs else None,
+                         "victims": [(v, jobs[v]["gpus"]) for v in sorted(vs, key=int)]}
+                        for by, vs in sorted(takers.items())]})
+    return out
 
 
 def start_lateness(run: Run) -> Optional[Dict[str, object]]:
@@ -1196,6 +1253,17 @@ def _run_section(run: Run, k: Dict[str, object], problems: List[str]) -> str:
     lines.append("")
     lines.append("P3 preemption rate by trace hour, by submitted tier (section 9's): " + " ".join(
         "-" if r is None else f"{100 * r:.0f}%" for r in k["p3_rate_submitted_by_hour"]))
+    for w in worst_p3_hours(run, k):
+        def gpus(g):
+            return "?" if g is None else f"{g:g}"
+        lines.append("")
+        lines.append(f"Trace hour {w['hour'] + (run.warmup_hours or 0):g}: {w['preempted']} of "
+                     f"{w['ran']} P3 runs preempted "
+                     f"({100 * w['rate']:.1f}%); " + "; ".join(
+                         f"job {b['job_id']} ({b['tier']}, {gpus(b['gpus'])} "
+                         f"GPU{'' if b['gpus'] == 1 else 's'}) took "
+                         + ", ".join(f"{v} ({gpus(g)})" for v, g in b["victims"])
+                         for b in w["by"]) + ".")
     lines.append("")
     lines.append("The same by the tier a run ran as (the exporter's reading): " + " ".join(
         "-" if r is None else f"{100 * r:.0f}%" for r in k["p3_rate_by_hour"]))
