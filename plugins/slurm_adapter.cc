@@ -87,4 +87,24 @@ int hold_job_as_slurm_user(uint32_t job_id, const char* comment) {
   return update_as_slurm_user(job_id, nullptr, comment, 0);
 }
 
+void for_each_node_gpus(const job_record_t* job, const std::string& type,
+                        const std::function<void(uint32_t, uint64_t)>& fn) {
+  if (!job || !job->node_bitmap) return;
+  const int last = bit_fls(job->node_bitmap);
+  uint32_t j = 0;  // the node's place among the job's nodes
+  for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++) {
+    if (!bit_test(job->node_bitmap, i)) continue;
+    uint64_t gpus = 0;
+    internal::for_each_gpu_gres<gres_job_state_t>(
+        job->gres_list_alloc, [&](const gres_job_state_t& d) {
+          if (!type.empty() && d.type_name && type != d.type_name) return;
+          if (!d.gres_cnt_node_alloc || j >= d.node_cnt) return;
+          const uint64_t c = d.gres_cnt_node_alloc[j];
+          if (c != NO_VAL64 && c != NO_CONSUME_VAL64) gpus += c;
+        });
+    fn(static_cast<uint32_t>(i), gpus);
+    ++j;
+  }
+}
+
 }  // namespace planc::slurm

@@ -14,6 +14,7 @@
 
 #include "plugins/slurm_compat.h"  // Slurm's headers, in the order they need
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +61,14 @@ std::shared_ptr<const PlancConfig> reload_plugin_config(const char* plugin_type,
 Segment segment_of(const job_record_t* job);
 
 // --- preempt/planc and slurmctld/planc: slurm_adapter.cc ------------------------
+
+// fn(i, gpus) for each node index i the job holds, with the GPUs it was
+// allocated there (0 on a node where it has none; Slurm's NO_VAL and
+// no-consume markers count as none); of `type` only, unless empty (GPUs
+// allocated without a type count as any type).  REQUIRES the job read
+// lock.
+void for_each_node_gpus(const job_record_t* job, const std::string& type,
+                        const std::function<void(uint32_t, uint64_t)>& fn);
 
 // <StateSaveLocation>/<name>: where a plugin keeps its state file.
 std::string state_file_path(const char* name);

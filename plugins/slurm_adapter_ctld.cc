@@ -194,18 +194,16 @@ namespace {
 // lower-case), or "" when its GPUs have no type or several.  REQUIRES the
 // node read lock.
 std::string node_gpu_type(const node_record_t* node) {
-  if (!node || !node->gres_list) return "";
+  if (!node) return "";
   std::string type;
-  ListIterator it = list_iterator_create(node->gres_list);
-  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
-    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0) continue;
-    const auto* d = static_cast<const gres_node_state_t*>(g->gres_data);
-    if (d && d->type_cnt == 1 && d->type_name && d->type_name[0] && d->type_cnt_avail &&
-        d->type_cnt_avail[0] == d->gres_cnt_avail)
-      type = ascii_lower(d->type_name[0]);
-    break;
-  }
-  list_iterator_destroy(it);
+  bool first = true;  // the node's first GPU entry decides
+  internal::for_each_gpu_gres<gres_node_state_t>(node->gres_list, [&](const gres_node_state_t& d) {
+    if (!first) return;
+    first = false;
+    if (d.type_cnt == 1 && d.type_name && d.type_name[0] && d.type_cnt_avail &&
+        d.type_cnt_avail[0] == d.gres_cnt_avail)
+      type = ascii_lower(d.type_name[0]);
+  });
   return type;
 }
 
@@ -213,21 +211,9 @@ std::string node_gpu_type(const node_record_t* node) {
 // the job and node read locks.
 void add_typed_gpus(const job_record_t* job, const std::vector<std::string>& node_types,
                     std::map<std::string, uint64_t>* held) {
-  if (!job->gres_list_alloc || !job->node_bitmap) return;
-  ListIterator it = list_iterator_create(job->gres_list_alloc);
-  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
-    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0) continue;
-    const auto* d = static_cast<const gres_job_state_t*>(g->gres_data);
-    if (!d || !d->gres_cnt_node_alloc) continue;
-    uint32_t j = 0;
-    for (int n = 0; n < node_record_count && j < d->node_cnt; n++) {
-      if (!bit_test(job->node_bitmap, n)) continue;
-      const uint64_t c = d->gres_cnt_node_alloc[j++];
-      if (c && c != NO_VAL64 && n < static_cast<int>(node_types.size()) && !node_types[n].empty())
-        (*held)[node_types[n]] += c;
-    }
-  }
-  list_iterator_destroy(it);
+  for_each_node_gpus(job, "", [&](uint32_t n, uint64_t c) {
+    if (c && n < node_types.size() && !node_types[n].empty()) (*held)[node_types[n]] += c;
+  });
 }
 
 // Whether the job asks for a node (-w) that cannot take it now: down,

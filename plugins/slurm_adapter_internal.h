@@ -5,6 +5,7 @@
 
 #include "plugins/slurm_compat.h"
 
+#include <cstring>
 #include <initializer_list>
 #include <string>
 
@@ -37,6 +38,20 @@ inline TierId counted_tier(const job_record_t* job, TierId tier) {
   if (!marked(job)) return tier;
   auto ft = free_attempt_tiers(job->admin_comment);
   return ft ? ft->first : tier;
+}
+
+// fn(state) for each "gpu" entry of a gres list that has data: a node's
+// gres_list (State = gres_node_state_t) or a job's gres_list_req or
+// gres_list_alloc (State = gres_job_state_t).  REQUIRES the lock of
+// whatever holds the list.
+template <class State, class Fn>
+void for_each_gpu_gres(List list, Fn&& fn) {
+  if (!list) return;
+  ListIterator it = list_iterator_create(list);
+  while (auto* g = static_cast<gres_state_t*>(list_next(it)))
+    if (g->gres_name && std::strcmp(g->gres_name, "gpu") == 0 && g->gres_data)
+      fn(*static_cast<const State*>(g->gres_data));
+  list_iterator_destroy(it);
 }
 
 }  // namespace planc::slurm::internal

@@ -179,16 +179,11 @@ bool requeues(const job_record_t* job) { return job->details && job->details->re
 // is spread over its minimum node count.
 uint64_t gpus_per_node_asked(const job_record_t* job) {
   uint64_t n = 0;
-  if (!job->gres_list_req) return 0;
   const uint32_t nodes = job->details && job->details->min_nodes ? job->details->min_nodes : 1;
-  ListIterator it = list_iterator_create(job->gres_list_req);
-  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
-    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0 || !g->gres_data) continue;
-    const auto* d = static_cast<const gres_job_state_t*>(g->gres_data);
-    n = std::max<uint64_t>(n, d->gres_per_node);
-    if (d->gres_per_job) n = std::max<uint64_t>(n, (d->gres_per_job + nodes - 1) / nodes);
-  }
-  list_iterator_destroy(it);
+  internal::for_each_gpu_gres<gres_job_state_t>(job->gres_list_req, [&](const gres_job_state_t& d) {
+    n = std::max<uint64_t>(n, d.gres_per_node);
+    if (d.gres_per_job) n = std::max<uint64_t>(n, (d.gres_per_job + nodes - 1) / nodes);
+  });
   return n;
 }
 
@@ -201,23 +196,19 @@ struct NodeGpus {
 // A node's GPUs, of `type` only unless empty.
 NodeGpus gpus_of_node(const node_record_t* node, const std::string& type = {}) {
   NodeGpus n;
-  if (!node || !node->gres_list) return n;
-  ListIterator it = list_iterator_create(node->gres_list);
-  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
-    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0 || !g->gres_data) continue;
-    const auto* d = static_cast<const gres_node_state_t*>(g->gres_data);
+  if (!node) return n;
+  internal::for_each_gpu_gres<gres_node_state_t>(node->gres_list, [&](const gres_node_state_t& d) {
     if (type.empty()) {
-      n.avail += d->gres_cnt_avail;
-      n.alloc += d->gres_cnt_alloc;
-      continue;
+      n.avail += d.gres_cnt_avail;
+      n.alloc += d.gres_cnt_alloc;
+      return;
     }
-    for (uint16_t i = 0; i < d->type_cnt; ++i)
-      if (d->type_name && d->type_name[i] && type == d->type_name[i]) {
-        n.avail += d->type_cnt_avail ? d->type_cnt_avail[i] : 0;
-        n.alloc += d->type_cnt_alloc ? d->type_cnt_alloc[i] : 0;
+    for (uint16_t i = 0; i < d.type_cnt; ++i)
+      if (d.type_name && d.type_name[i] && type == d.type_name[i]) {
+        n.avail += d.type_cnt_avail ? d.type_cnt_avail[i] : 0;
+        n.alloc += d.type_cnt_alloc ? d.type_cnt_alloc[i] : 0;
       }
-  }
-  list_iterator_destroy(it);
+  });
   return n;
 }
 
@@ -264,44 +255,14 @@ void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>&
 }
 
 std::string gpu_type_asked(const job_record_t* job) {
-  std::string type;
-  if (!job || !job->gres_list_req) return type;
-  ListIterator it = list_iterator_create(job->gres_list_req);
-  while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
-    if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0 || !g->gres_data) continue;
-    const auto* d = static_cast<const gres_job_state_t*>(g->gres_data);
-    if (d->type_name && *d->type_name) {
-      type = d->type_name;
-      break;
-    }
-  }
-  list_iterator_destroy(it);
+  std::string type;  // the first entry that names one
+  if (job)
+    internal::for_each_gpu_gres<gres_job_state_t>(job->gres_list_req,
+                                                  [&](const gres_job_state_t& d) {
+                                                    if (type.empty() && d.type_name)
+                                                      type = d.type_name;
+                                                  });
   return type;
-}
-
-void for_each_node_gpus(const job_record_t* job, const std::string& type,
-                        const std::function<void(uint32_t, uint64_t)>& fn) {
-  if (!job || !job->node_bitmap) return;
-  const int last = bit_fls(job->node_bitmap);
-  uint32_t j = 0;  // the node's place among the job's nodes
-  for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++) {
-    if (!bit_test(job->node_bitmap, i)) continue;
-    uint64_t gpus = 0;
-    if (job->gres_list_alloc) {
-      ListIterator it = list_iterator_create(job->gres_list_alloc);
-      while (auto* g = static_cast<gres_state_t*>(list_next(it))) {
-        if (!g->gres_name || std::strcmp(g->gres_name, "gpu") != 0 || !g->gres_data) continue;
-        const auto* d = static_cast<const gres_job_state_t*>(g->gres_data);
-        if (!type.empty() && d->type_name && type != d->type_name) continue;
-        if (d->gres_cnt_node_alloc && j < d->node_cnt &&
-            d->gres_cnt_node_alloc[j] != NO_CONSUME_VAL64)
-          gpus += d->gres_cnt_node_alloc[j];
-      }
-      list_iterator_destroy(it);
-    }
-    fn(static_cast<uint32_t>(i), gpus);
-    ++j;
-  }
 }
 
 std::optional<NodeGpuCount> node_gpus_for(const job_record_t* preemptor, const std::string& type,

@@ -84,12 +84,6 @@ uint64_t gpus_per_node_asked(const job_record_t* job);
 // The GPU type a job asks for (--gres=gpu:a100:4); empty when it names
 // none.  REQUIRES the job read lock.
 std::string gpu_type_asked(const job_record_t* job);
-// fn(i, gpus) for each node index i the job holds, with the GPUs it was
-// allocated there (0 on a node where it has none); of `type` only, unless
-// empty (GPUs allocated without a type count as any type).  REQUIRES the
-// job read lock.
-void for_each_node_gpus(const job_record_t* job, const std::string& type,
-                        const std::function<void(uint32_t, uint64_t)>& fn);
 // Node `node`'s GPUs (of `type`, unless empty): all, and those not
 // allocated; when `preemptor` could run there (in its partition, neither
 // down nor drained), nullopt otherwise.  REQUIRES the job and node read
