@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include <sys/wait.h>
 
@@ -148,9 +149,10 @@ void NodeCrowding::begin(uint32_t preemptor, Ask ask, size_t node_count) {
   victims_.clear();
   worked_out_ = false;
   preemptor_ = preemptor;
-  ask_ = ask;
+  const bool whole = ask.whole_nodes;
+  ask_ = std::move(ask);
   open_ = true;
-  if (ask.whole_nodes && per_node_.size() != node_count) per_node_.assign(node_count, 0);
+  if (whole && per_node_.size() != node_count) per_node_.assign(node_count, 0);
 }
 
 void NodeCrowding::add(uint32_t node) {

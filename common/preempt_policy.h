@@ -173,7 +173,8 @@ class NodeCrowding {
   // What a preemptor needs of each of its nodes.
   struct Ask {
     bool whole_nodes = false;
-    uint32_t gpus = 0;  // GPUs on a node, when not whole nodes
+    uint32_t gpus = 0;     // GPUs on a node, when not whole nodes
+    std::string gpu_type;  // of that type only, unless empty
     bool counts() const { return whole_nodes || gpus; }
   };
   static constexpr uint32_t kNotNeeded = 62;
@@ -197,6 +198,7 @@ class NodeCrowding {
   // Whether the candidates being offered are still `preemptor`'s round
   // (false once they were sorted: the next offer starts a new round).
   bool collecting_for(uint32_t preemptor) const { return open_ && preemptor_ == preemptor; }
+  const Ask& ask() const { return ask_; }
   bool whole_nodes() const { return ask_.whole_nodes; }
   bool gpus_on_a_node() const { return !ask_.whole_nodes && ask_.gpus; }
   // Whole nodes: a candidate on node `node` (node index; one call per

@@ -92,11 +92,12 @@ planc::VictimFacts victim_facts(job_record_t* job, time_t now) {
 // A running candidate Slurm is offered for `preemptor`: counted on its
 // nodes when the preemptor needs whole nodes or GPUs on a node
 // (common/preempt_policy.h NodeCrowding).  Slurm offers one preemptor's
-// candidates in one pass over its job list, then sorts them (get_data PREEMPT_DATA_PRIO) and its
-// select plugin asks each one's mode (PREEMPT_DATA_MODE): either closes
-// the round.  The round's first candidate offered again also starts a new
-// one.  Pending jobs are skipped at once: the job queue's sort asks
-// preemptable() about pairs of pending jobs.  (A candidate Slurm takes
+// candidates in one pass over its job list, then sorts them (get_data
+// PREEMPT_DATA_PRIO) and its select plugin asks each one's mode
+// (PREEMPT_DATA_MODE): either closes the round.  The round's first
+// candidate offered again also starts a new one.  Pending jobs are
+// skipped at once: the job queue's sort asks preemptable() about pairs of
+// pending jobs.  (A candidate Slurm takes
 // without asking preemptable(), one on time borrowed from a reservation,
 // is ranked with the counts of the last preemptor that was asked.)
 // Under slurmctld's job write lock.
@@ -108,6 +109,7 @@ void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
     if (!a.whole_nodes)
       a.gpus = static_cast<uint32_t>(
           std::min<uint64_t>(planc::slurm::gpus_per_node_asked(preemptor), UINT32_MAX));
+    if (a.gpus) a.gpu_type = planc::slurm::gpu_type_asked(preemptor);
     return a;
   };
   if (!g->crowding.offer(preemptor->job_id, preemptee->job_id, ask, planc::slurm::node_count()))
@@ -119,7 +121,7 @@ void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
   const bool in_grace = preemptee->preempt_time != 0;
   const uint32_t order =
       in_grace ? planc::kInGraceRank : planc::victim_rank(victim_facts(preemptee, time(nullptr)));
-  const std::string type = planc::slurm::gpu_type_asked(preemptor);
+  const std::string& type = g->crowding.ask().gpu_type;
   planc::slurm::for_each_node_gpus(preemptee, type, [&](uint32_t n, uint64_t gpus) {
     auto free = planc::slurm::node_gpus_for(preemptor, type, n);
     g->crowding.add(n, preemptee->job_id, static_cast<uint32_t>(std::min<uint64_t>(gpus, 0xffff)),

@@ -129,7 +129,8 @@ struct Plugin {
   std::atomic<bool> budget_spent{false};
   planc::TierId last_preemptor_tier = planc::TierId::kP0;
   // The candidates per node of the preemptor being looked at, for one that
-  // needs whole nodes or GPUs on a node (victim rank).  Only under slurmctld's job lock.
+  // needs whole nodes or GPUs on a node (victim rank).  Only under
+  // slurmctld's job lock.
   planc::NodeCrowding crowding;
 };
 

@@ -414,6 +414,17 @@ def test_a_whole_node_p0_clears_the_nodes_with_the_fewest_victims(c):
     assert submit_to_start(c, p0) <= 5, c.show_job(p0)
 
 
+def start_a_4_gpu_p1(c, what, watched):
+    """Submits a 4-GPU P1 job and waits until it runs; returns it and the
+    states of the `watched` jobs then (printed with where it went)."""
+    p1 = submit(c, "pccarol", "acct-api", "p1", 4)
+    c.wait_for("the 4-GPU P1 job to run", lambda: running(c, p1), timeout=90)
+    states = {j: c.state(j) for j in watched}
+    print(f"\n{what}: running {submit_to_start(c, p1):.0f} s after submission; on "
+          f"{c.show_job(p1)['NodeList']}; states {states}")
+    return p1, states
+
+
 def test_a_part_node_p1_takes_the_fewest_runs_of_one_node(c):
     """A 4-GPU P1 job needs half a node.  gpu1 holds eight 1-GPU P3 runs;
     gpu2 one 4-GPU P3 run and four 1-GPU P3 runs; gpu3 and gpu4 P1 jobs
@@ -430,11 +441,7 @@ def test_a_part_node_p1_takes_the_fewest_runs_of_one_node(c):
     small = [submit(c, "pcbob", "acct-spot", "p3", 1, "-w", n)
              for n in ["gpu1"] * 8 + ["gpu2"] * 4]
     c.wait_for("the 1-GPU jobs to run", lambda: all(running(c, j) for j in small), timeout=60)
-    p1 = submit(c, "pccarol", "acct-api", "p1", 4)
-    c.wait_for("the 4-GPU P1 job to run", lambda: running(c, p1), timeout=90)
-    states = {j: c.state(j) for j in small + [big]}
-    print(f"\npart-node P1 over crowded nodes: running {submit_to_start(c, p1):.0f} s after "
-          f"submission; on {c.show_job(p1)['NodeList']}; states {states}")
+    p1, states = start_a_4_gpu_p1(c, "part-node P1 over crowded nodes", small + [big])
     assert c.show_job(p1)["NodeList"] == "gpu2"
     assert all(states[j] == "RUNNING" for j in small), states
     assert states[big] != "RUNNING", states
@@ -452,11 +459,7 @@ def test_a_part_node_p1_goes_where_guaranteed_work_already_is(c):
     small = [submit(c, "pcbob", "acct-spot", "p3", 1, "-w", "gpu1") for _ in range(7)]
     c.wait_for("the jobs to run", lambda: all(running(c, j) for j in guaranteed + small + [big]),
                timeout=60)
-    p1 = submit(c, "pccarol", "acct-api", "p1", 4)
-    c.wait_for("the 4-GPU P1 job to run", lambda: running(c, p1), timeout=90)
-    states = {j: c.state(j) for j in small + [big]}
-    print(f"\npart-node P1 beside guaranteed work: running {submit_to_start(c, p1):.0f} s after "
-          f"submission; on {c.show_job(p1)['NodeList']}; states {states}")
+    p1, states = start_a_4_gpu_p1(c, "part-node P1 beside guaranteed work", small + [big])
     assert c.show_job(p1)["NodeList"] == "gpu1"
     assert states[big] == "RUNNING", states
     assert sum(states[j] != "RUNNING" for j in small) == 4, states
