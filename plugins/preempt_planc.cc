@@ -197,6 +197,9 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
     // A free attempt (a starved job lent a higher tier) preempts nothing:
     // its victims would starve in turn (common/starvation.h).
     if (planc::slurm::on_free_attempt(preemptor)) return false;
+    // Nor does an infused replica: capacity infusion grows pools into GPUs
+    // nobody uses (common/infusion.h), never into running work.
+    if (planc::slurm::infused_mark_of(preemptor)) return false;
     if (!pol.config->tiers.can_preempt(er->id, ee->id) &&
         !(ee->id == TierId::kP1 &&
           planc::reclaims_replica(er->id, planc::slurm::infused_mark_of(preemptor).has_value(),

@@ -114,6 +114,8 @@ bool add_starvation_facts(const QosTierCache& tiers, int gpu_pos, const job_reco
   }
   if (t && t->starves_into) {
     if (pending) {
+      // A replica waits for idle GPUs by design: it never starves.
+      if (infused_mark_of(job)) return pending;
       f->starvable.push_back(pending_facts(job, t->id));
       f->starvable.back().gpus = requested_gpus(job, gpu_pos);
     } else {
@@ -480,6 +482,10 @@ uint32_t submit_replica(const PoolConfig& pool, const std::string& qos,
   d.min_nodes = 1;
   d.max_nodes = 1;
   d.requeue = 0;
+  // The lowest priority: Slurm starts a replica only on GPUs no other
+  // pending job can use now (backfill: where it delays none of them).
+  // Only an operator may set it; slurmctld/planc submits as SlurmUser.
+  d.priority = 1;
   d.environment = envp.data();
   d.env_size = static_cast<uint32_t>(envp.size());
   d.argc = 1;

@@ -212,6 +212,58 @@ def test_a_p0_job_takes_infused_replicas_back_within_40_s(infusion):
     c.cancel_all()
 
 
+def test_a_replica_takes_only_gpus_nobody_queues_for(infusion):
+    """Infusion grows into idle GPUs, never into work.  Four 8-GPU P3 jobs
+    fill a cluster that was idle over the whole window (30 s) and a fifth
+    queues; the window still remembers the idle time, so the P1 pool
+    grows.  Its replica preempts nothing (a P1 job could take a P3 job's
+    GPUs at once) and pends at the lowest priority: when a P3 job ends,
+    its GPUs go to the queued P3 job, not to the replica; when another
+    ends and nobody else queues, the replica starts there."""
+    c = infusion
+    c.cancel_all()
+    c.reload_planc_conf([])
+    window = 30
+    # The idle meter is fed whether infusion is on or not: a whole window
+    # of samples of the empty cluster.
+    ctld_sampled(c, window // 5 + 1)
+    spot = []
+    for _ in range(5):
+        j, p = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--gres=gpu:8", "--wrap", "sleep 600",
+                        user="pcbob")
+        assert j, p.stderr
+        spot.append(j)
+    running, queued = spot[:4], spot[4]
+    c.wait_for("four P3 jobs to run", lambda: all(c.state(j) == "RUNNING" for j in running),
+               timeout=60)
+    assert c.state(queued) == "PENDING"
+    offset = c.log_offset()
+    pool = (f"Pool=api Tier=P1 Account=acct-api User=pcpool Script={SERVE} GpusPerReplica=8 "
+            f"MinReplicas=0 MaxReplicas=1 DrainGrace=3s Output={output('api')}")
+    c.reload_planc_conf(["Infusion=yes", f"InfusionWindow={window}s",
+                         f"InfusionCooldown={COOLDOWN}s", pool])
+    m = c.wait_for("the P1 pool to grow on the window's idle time", lambda: re.search(
+        r"infusion: grew pool api to 1 replica\(s\) \(JobId=(\d+)\)", c.log_since(offset)),
+        timeout=60)
+    replica = m.group(1)
+    c.scheduler_looked(main=3, backfill=2)
+    assert c.state(replica) == "PENDING"
+    assert c.squeue_field(replica, "%Q") == "1"  # the lowest priority
+    assert all(c.state(j) == "RUNNING" for j in running)
+    assert not re.search(rf"preempted by JobId={replica}\b", c.log_since(offset)), \
+        c.log_since(offset)
+    # A P3 job ends: the queued one gets its GPUs, the replica still waits.
+    c.run("scancel", running[0], check=True)
+    c.wait_for("the queued P3 job to run", lambda: c.state(queued) == "RUNNING", timeout=60)
+    assert c.state(replica) == "PENDING"
+    # Another ends and nobody else queues: the replica starts there.
+    c.run("scancel", running[1], check=True)
+    c.wait_for("the replica to run", lambda: c.state(replica) == "RUNNING", timeout=60)
+    assert all(c.state(j) == "RUNNING" for j in running[2:] + [queued])
+    c.reload_planc_conf([])
+    c.cancel_all()
+
+
 def ctld_sampled(c, n=3):
     """Waits until slurmctld/planc has sampled the jobs n more times (its
     controller decides at each sample): "nothing happened" is then a
