@@ -115,6 +115,61 @@ def thread_stats(pid):
     return out
 
 
+# --- pieces the benchmarks share -----------------------------------------------
+
+# What Prometheus 2.x sends with a scrape.
+PROMETHEUS_SCRAPE_HEADERS = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+              "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+    "User-Agent": "planc-bench",
+}
+
+
+def scrape_metrics(port, headers=PROMETHEUS_SCRAPE_HEADERS):
+    """One scrape of 127.0.0.1:port/metrics as Prometheus makes it, on a
+    fresh connection (prometheus-cpp's server closes it after each
+    response): (seconds from connect to the body's last byte, HTTP status,
+    the body as sent, the response's headers).  OSError when nothing
+    listens."""
+    import http.client
+    t0 = time.perf_counter()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics", headers=headers)
+    r = c.getresponse()
+    raw = r.read()
+    dt = time.perf_counter() - t0
+    c.close()
+    return dt, r.status, raw, r.headers
+
+
+def metrics_text(raw, headers):
+    """A scrape's body as text, gunzipped when it came compressed."""
+    import gzip
+    return (gzip.decompress(raw) if headers.get("Content-Encoding") == "gzip" else raw).decode()
+
+
+def percentile_nearest_rank(values, p):
+    """The p-th percentile (nearest rank) of `values`."""
+    import math
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, math.ceil(p / 100.0 * len(s)) - 1))]
+
+
+def install_pool_script(cluster_dir, script):
+    """A copy of a pool's batch script (etc/pools/serve.sh) where slurmctld
+    trusts it: root's, in <cluster_dir>/pools, a directory only root may
+    write.  Returns its path."""
+    import shutil
+    pool_dir = os.path.join(cluster_dir, "pools")
+    os.makedirs(pool_dir, mode=0o755, exist_ok=True)
+    os.chmod(pool_dir, 0o755)
+    path = os.path.join(pool_dir, os.path.basename(script))
+    shutil.copyfile(script, path)
+    os.chmod(path, 0o755)
+    return path
+
+
 # --- the cluster ----------------------------------------------------------------
 
 class Cluster:
