@@ -78,6 +78,13 @@ struct InfusedMark {
 };
 std::optional<InfusedMark> read_infused_mark(std::string_view admin_comment);
 
+// A replica is submitted at priority 1 (only an operator may set one) and
+// with this Nice, Slurm's largest, so that priority/multifactor computes
+// 1 again whenever it recomputes the replica's priority (after a hold and
+// a release); job_submit/planc refuses its owner a lower Nice or a
+// priority (common/submit_policy.h).
+inline constexpr int64_t kReplicaNice = 2147483645;
+
 // P0 keeps its 40 s (issue 16): a P1 replica that infusion added may be
 // preempted by a P0 or P1 job that is not itself a replica, with its
 // pool's drain grace; no other P1 job is ever preempted (TierTable's

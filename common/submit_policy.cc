@@ -103,8 +103,38 @@ SubmitDecision decide_submit(const PlancConfig& cfg, const SubmitRequest& req) {
   return d;
 }
 
+namespace {
+
+// Why a user's update may not lift a job's low priority, or nothing.
+std::optional<std::string> low_priority_refusal(const SubmitRequest& req) {
+  using Low = SubmitRequest::LowPriority;
+  if (req.privileged || req.low_priority == Low::kNone) return std::nullopt;
+  const bool lowers_nice = req.nice && *req.nice < req.nice_floor;
+  if (!lowers_nice && !req.sets_priority) return std::nullopt;
+  if (req.low_priority == Low::kReplica)
+    return std::string(
+        "this job is a capacity-infusion replica: it keeps the lowest priority (Nice " +
+        std::to_string(req.nice_floor) +
+        ") so that it takes only GPUs no other job queues for; its Nice and priority are "
+        "slurmctld/planc's (hold and release it, cancel it, or ask an operator)");
+  return std::string(
+      "this job is on a free attempt after starving in its tier: it queues below "
+      "the paying jobs of its new tier with Nice +" +
+      std::to_string(req.nice_floor) + "; " +
+      (lowers_nice ? "its Nice may be raised, not set below " + std::to_string(req.nice_floor)
+                   : std::string("a priority set by hand would clear that Nice")) +
+      " (hold and release it, cancel and resubmit, or ask an operator)");
+}
+
+}  // namespace
+
 SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req) {
   SubmitDecision d;
+  if (auto why = low_priority_refusal(req)) {
+    d.error = SubmitError::kLowPriority;
+    d.message = std::move(*why);
+    return d;
+  }
   if (req.requested_qos.empty()) return d;  // QoS untouched: nothing to judge
   const Tier* t = cfg.tiers.find(req.requested_qos);
   if (!t) {

@@ -38,6 +38,17 @@ struct SubmitRequest {
   // For updates: the job is on a free starvation attempt (its AdminComment
   // carries the free-attempt mark, common/job_marks.h).
   bool on_free_attempt = false;
+  // For updates: the Nice the update sets (nullopt: untouched), and whether
+  // it sets a priority other than a hold (0) or a release.
+  std::optional<int64_t> nice;
+  bool sets_priority = false;
+  // For updates: the low priority Plan C gave the job, kept against its
+  // owner: a free attempt queues below paying jobs of its new tier by the
+  // Nice in its mark, a capacity-infusion replica at the lowest priority
+  // (kReplicaNice, common/infusion.h).  nice_floor is that Nice (0: none to keep).
+  enum class LowPriority { kNone, kFreeAttempt, kReplica };
+  LowPriority low_priority = LowPriority::kNone;
+  int64_t nice_floor = 0;
 };
 
 enum class SubmitError {
@@ -48,6 +59,7 @@ enum class SubmitError {
   kFreeAttempt,  // a user may not change the tier of a free attempt
   kSpotCap,      // the account's daily spot cap is reached
   kMarketHeld,   // a bid in the P2 market released by hand
+  kLowPriority,  // a user may not lift the low priority Plan C gave a job
 };
 
 struct SubmitDecision {
@@ -69,7 +81,12 @@ struct SubmitDecision {
 // of it.
 SubmitDecision decide_submit(const PlancConfig& cfg, const SubmitRequest& req);
 
-// scontrol update of an existing job.  Only a change of QoS is judged:
+// scontrol update of an existing job.  A user (not an operator) may not
+// lift the low priority Plan C gave a job (SubmitRequest::low_priority):
+// no Nice below nice_floor, and no priority set by hand (Slurm clears the
+// Nice when a user lowers a job's priority, and the next priority
+// calculation then gives the job its tier's full priority); a hold and a
+// release keep it.  Otherwise only a change of QoS is judged:
 // requested_qos empty means the update does not touch the QoS.  The tier
 // of a job on a free starvation attempt is changed only by slurmctld/planc
 // itself or an operator (else the attempt would stay free in another

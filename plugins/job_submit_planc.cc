@@ -99,6 +99,7 @@ int refuse(const planc::SubmitDecision& d, char** err_msg) {
       return ESLURM_ACCOUNTING_POLICY;
     case planc::SubmitError::kFreeAttempt:
     case planc::SubmitError::kMarketHeld:
+    case planc::SubmitError::kLowPriority:
       return ESLURM_ACCESS_DENIED;
     default:
       return ESLURM_INVALID_QOS;

@@ -485,7 +485,9 @@ uint32_t submit_replica(const PoolConfig& pool, const std::string& qos,
   // The lowest priority: Slurm starts a replica only on GPUs no other
   // pending job can use now (backfill: where it delays none of them).
   // Only an operator may set it; slurmctld/planc submits as SlurmUser.
+  // The Nice keeps it there when Slurm computes the priority again.
   d.priority = 1;
+  d.nice = static_cast<uint32_t>(NICE_OFFSET + kReplicaNice);
   d.environment = envp.data();
   d.env_size = static_cast<uint32_t>(envp.size());
   d.argc = 1;

@@ -80,9 +80,20 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
                              const job_record_t* job, uint32_t submit_uid) {
   SubmitRequest req;
   req.requested_qos = str(desc->qos);
-  if (req.requested_qos.empty()) return req;  // not a QoS change
   req.privileged = validate_operator(submit_uid);
   req.on_free_attempt = internal::marked(job);
+  if (desc->nice != NO_VAL)
+    req.nice = static_cast<int64_t>(desc->nice) - static_cast<int64_t>(NICE_OFFSET);
+  // 0 is a hold, INFINITE a release: both keep the Nice.
+  req.sets_priority = desc->priority != NO_VAL && desc->priority != 0 && desc->priority != INFINITE;
+  if (infused_mark_of(job)) {
+    req.low_priority = SubmitRequest::LowPriority::kReplica;
+    req.nice_floor = kReplicaNice;
+  } else if (req.on_free_attempt) {
+    req.nice_floor = free_attempt_nice(str(job->admin_comment));
+    if (req.nice_floor > 0) req.low_priority = SubmitRequest::LowPriority::kFreeAttempt;
+  }
+  if (req.requested_qos.empty()) return req;  // not a QoS change
   req.partition = str(desc->partition);
   req.current_partition = str(job->partition);
   req.default_partition = str(default_part_name);

@@ -250,6 +250,20 @@ def test_a_replica_takes_only_gpus_nobody_queues_for(infusion):
     assert c.state(replica) == "PENDING"
     assert c.squeue_field(replica, "%Q") == "1"  # the lowest priority
     assert all(c.state(j) == "RUNNING" for j in running)
+    # Its owner cannot lift it: a hold and a release keep priority 1 (Slurm
+    # computes it again, the Nice takes it all off), a lower Nice or a
+    # priority by hand are refused with the reason in slurmctld's log.
+    c.run("scontrol", "hold", replica, user="pcpool", check=True)
+    c.run("scontrol", "release", replica, user="pcpool", check=True)
+    assert c.squeue_field(replica, "%Q") == "1"
+    for change in ("nice=0", "priority=1000000"):
+        at = c.log_offset()
+        r = c.run("scontrol", "update", f"jobid={replica}", change, user="pcpool")
+        assert r.returncode != 0, change
+        assert f"JobId={replica} by uid" in c.log_since(at) and \
+            "this job is a capacity-infusion replica: it keeps the lowest priority" in \
+            c.log_since(at), c.log_since(at)
+    assert c.squeue_field(replica, "%Q") == "1"
     assert not re.search(rf"preempted by JobId={replica}\b", c.log_since(offset)), \
         c.log_since(offset)
     # A P3 job ends: the queued one gets its GPUs, the replica still waits.

@@ -235,6 +235,18 @@ def test_a_free_attempt_queues_below_paying_p2_jobs_and_the_share_holds(c):
     assert f"(Nice +{added})" in admin_comment(c, first)
     assert re.search(rf"JobId={first} upgraded from P3 to P2 \(free attempt\) .*; Nice "
                      rf"\+{added}", log_since(c, at))
+    # Its owner cannot take the Nice off: not by setting it, not by setting
+    # a priority (Slurm would clear the Nice); a higher Nice is theirs.
+    for change, says in ((f"nice={added - 1}", f"its Nice may be raised, not set below {added}"),
+                         ("priority=1", "a priority set by hand would clear that Nice")):
+        before = log_size(c)
+        r = c.run("scontrol", "update", f"jobid={first}", change, user="pcbob")
+        assert r.returncode != 0, change
+        assert says in log_since(c, before), log_since(c, before)
+        assert nice(c, first) == added
+    c.run("scontrol", "update", f"jobid={first}", f"nice={added + 5}", user="pcbob", check=True)
+    assert nice(c, first) == added + 5
+    c.run("scontrol", "update", f"jobid={first}", f"nice={added}", user="pcbob", check=True)
     paying = submit(c, "pcbob", "acct-spot", "p2")
     c.wait_for("both pending with a priority", lambda: all(
         c.squeue_field(j, "%T %r").split()[0] == "PENDING" and int(c.squeue_field(j, "%Q")) > 0

@@ -148,6 +148,61 @@ TEST(SubmitPolicyTest, Modify) {
   }
 }
 
+TEST(SubmitPolicyTest, LowPriorityKeptAgainstItsOwner) {
+  using Low = SubmitRequest::LowPriority;
+  struct Case {
+    const char* what;
+    Low low;
+    std::optional<int64_t> nice;
+    bool sets_priority;
+    bool privileged;
+    SubmitError error;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"attempt: Nice below the floor", Low::kFreeAttempt, 0, false, false,
+       SubmitError::kLowPriority, "its Nice may be raised, not set below 40000"},
+      {"attempt: Nice one under the floor", Low::kFreeAttempt, 39999, false, false,
+       SubmitError::kLowPriority, "Nice +40000"},
+      {"attempt: Nice at the floor", Low::kFreeAttempt, 40000, false, false, SubmitError::kNone,
+       ""},
+      {"attempt: Nice raised", Low::kFreeAttempt, 50000, false, false, SubmitError::kNone, ""},
+      {"attempt: a priority by hand", Low::kFreeAttempt, std::nullopt, true, false,
+       SubmitError::kLowPriority, "a priority set by hand would clear that Nice"},
+      {"attempt: hold or release", Low::kFreeAttempt, std::nullopt, false, false,
+       SubmitError::kNone, ""},
+      {"attempt: an operator may", Low::kFreeAttempt, 0, true, true, SubmitError::kNone, ""},
+      {"replica: any lower Nice", Low::kReplica, 2147483644, false, false,
+       SubmitError::kLowPriority, "capacity-infusion replica"},
+      {"replica: a priority by hand", Low::kReplica, std::nullopt, true, false,
+       SubmitError::kLowPriority, "capacity-infusion replica"},
+      {"replica: hold or release", Low::kReplica, std::nullopt, false, false, SubmitError::kNone,
+       ""},
+      {"replica: an operator may", Low::kReplica, 0, false, true, SubmitError::kNone, ""},
+      {"plain job: Nice 0", Low::kNone, 0, true, false, SubmitError::kNone, ""},
+  };
+  for (const Case& c : cases) {
+    SubmitRequest r = assoc({"p2-spot", "p3-spot"});
+    r.low_priority = c.low;
+    r.nice_floor = c.low == Low::kReplica ? 2147483645 : c.low == Low::kNone ? 0 : 40000;
+    r.on_free_attempt = c.low == Low::kFreeAttempt;
+    r.nice = c.nice;
+    r.sets_priority = c.sets_priority;
+    r.privileged = c.privileged;
+    SubmitDecision d = decide_modify(cfg(), r);
+    EXPECT_EQ(d.error, c.error) << c.what;
+    EXPECT_NE(d.message.find(c.says), std::string::npos) << c.what << ": " << d.message;
+  }
+  // Refused before the QoS is judged: an update that also moves the tier.
+  SubmitRequest r = assoc({"p2-spot", "p3-spot"});
+  r.low_priority = Low::kFreeAttempt;
+  r.nice_floor = 40000;
+  r.on_free_attempt = true;
+  r.nice = 0;
+  r.requested_qos = "p2";
+  EXPECT_EQ(decide_modify(cfg(), r).error, SubmitError::kLowPriority);
+}
+
 TEST(SubmitPolicyTest, SpotCap) {
   PlancConfig c = parse_config("SpotCapP3=1\nSpotCapTimeZone=UTC", "planc.conf").value();
   struct Case {
