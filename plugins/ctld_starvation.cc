@@ -45,7 +45,11 @@ std::string comment_after_upgrade(const Controller& c, uint32_t job_id, const pl
 // The QoS goes first (Slurm recomputes the priority), then the Nice that
 // takes the new QoS's part of it off again: the attempt queues where it
 // queued in its own tier, below every paying job of the tier it is lent.
-bool upgrade(Controller& c, const planc::Upgrade& planned) {
+// An array's pending tasks share one record until they start: the attempt
+// goes to its first pending task alone, split off (each task is a job with
+// one attempt of its own, and the share counts each); the others stay in
+// their tier.  Returns the id of the job upgraded, 0 when none was.
+uint32_t upgrade(Controller& c, const planc::Upgrade& planned) {
   const planc::PlancConfig& cfg = *c.config;
   slurmctld_lock_t locks = planc::slurm::job_update_locks();
   lock_slurmctld(locks);
@@ -55,9 +59,14 @@ bool upgrade(Controller& c, const planc::Upgrade& planned) {
   bool done = false;
   int64_t nice_added = 0;
   planc::Upgrade u = planned;
-  if (job && planc::is_starving(cfg, *job, now)) {
+  const bool starving = job && planc::is_starving(cfg, *job, now);
+  if (starving) {
     u.waited_seconds = static_cast<uint32_t>(now - job->eligible_since);
     u.reason = job->reason;
+    u.job_id = planc::slurm::one_job_of(planned.job_id);
+    if (!u.job_id) rc = ESLURM_INVALID_JOB_ID;
+  }
+  if (starving && u.job_id) {
     const auto before = planc::slurm::job_priority(u.job_id);
     std::string comment = comment_after_upgrade(c, u.job_id, u, now, 0);
     rc = planc::slurm::update_job_as_slurm_user(u.job_id, cfg.tiers.tier(u.to).qos.c_str(),
@@ -87,8 +96,13 @@ bool upgrade(Controller& c, const planc::Upgrade& planned) {
          std::string(planc::reason_name(u.reason)).c_str(), static_cast<long long>(nice_added));
   else if (rc != SLURM_SUCCESS)
     error("%s: JobId=%u: upgrade to %s failed: %s (tried again next interval)", plugin_type,
-          u.job_id, to, slurm_strerror(rc));
-  return done;
+          planned.job_id, to, slurm_strerror(rc));
+  if (done && u.job_id != planned.job_id)
+    info(
+        "%s: JobId=%u is a task of array JobId=%u, split off for its free attempt; the array's "
+        "other pending tasks stay in %s",
+        plugin_type, u.job_id, planned.job_id, from);
+  return done ? u.job_id : 0;
 }
 
 // A marked pending job whose attempt is over (requeued) goes back to the
@@ -207,10 +221,12 @@ void starvation_scan(Controller& c) {
       q.schedule(m.job_id, now);
     }
   for (const planc::Upgrade& u : todo)
-    if (upgrade(c, u)) {
+    if (const uint32_t id = upgrade(c, u)) {
       changed = true;
       c.stats.upgrades++;
-      q.mark(u.job_id);
+      q.mark(id);
+      // An array's other pending tasks keep starving on its record.
+      if (id != u.job_id) q.schedule(u.job_id, now);
     }
   if (changed) {
     schedule_job_save();  // both only signal other threads

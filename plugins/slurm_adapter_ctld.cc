@@ -163,6 +163,23 @@ std::optional<PendingJob> pending_job(const QosTierCache& tiers, uint32_t job_id
   return pending_facts(job, t->id);
 }
 
+uint32_t one_job_of(uint32_t job_id) {
+  job_record_t* job = find_job_record(job_id);
+  if (!job || !IS_JOB_PENDING(job) || !job->array_recs || !job->array_recs->task_id_bitmap ||
+      bit_set_count(job->array_recs->task_id_bitmap) < 2)
+    return job_id;
+  const int64_t task = bit_ffs(job->array_recs->task_id_bitmap);
+  if (task < 0) return job_id;
+  const uint32_t array_id = job->array_job_id;
+  // update_job_str()'s split: the record becomes the task (with a new
+  // job id), a new record takes over the array's other tasks and its id.
+  job->array_task_id = static_cast<uint32_t>(task);
+  if (!job_array_split(job)) return 0;
+  bb_g_job_validate2(job, nullptr);
+  const job_record_t* one = find_job_array_rec(array_id, static_cast<uint32_t>(task));
+  return one ? one->job_id : 0;
+}
+
 std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id) {
   const job_record_t* job = find_job_record(job_id);
   if (!job || !IS_JOB_PENDING(job) || !marked(job)) return std::nullopt;

@@ -54,6 +54,13 @@ size_t look_up_starvation(const QosTierCache& tiers, int gpu_pos, const std::vec
 std::optional<PendingJob> pending_job(const QosTierCache& tiers, uint32_t job_id);
 std::optional<MarkedJob> marked_job(const QosTierCache& tiers, uint32_t job_id);
 
+// One job of `job_id`: the job itself, or, when it is the record of several
+// pending tasks of an array, its first pending task, split off into a
+// record of its own (as `scontrol update jobid=<array>_<task>` does; the
+// array's record keeps the other tasks and its id).  Returns the job id
+// of that one job, 0 when the split failed.  REQUIRES the job write lock.
+uint32_t one_job_of(uint32_t job_id);
+
 // What slurmctld/planc samples every 5 s, from the jobs `plan` names (a
 // walk of every job, or the watched, started and new ids:
 // common/job_watch.h):

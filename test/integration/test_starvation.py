@@ -220,6 +220,38 @@ def test_a_free_attempt_preempts_nothing(c):
     assert all(c.state(f) == "RUNNING" for f in fillers[1:])
 
 
+def test_an_array_s_tasks_get_one_free_attempt_each_within_the_share(c):
+    """An array's pending tasks share one record in slurmctld until they
+    start.  Starving, they get their free attempts one task at a time,
+    each split off into a job of its own, as separate jobs would: the
+    share (two 8-GPU attempts) holds after the scan has looked again, the
+    other tasks stay in P3 unmarked, and a task's attempt starts when a
+    node frees."""
+    fillers = fill_with(c, "p3")
+    arr, p = c.sbatch("-A", "acct-spot", "--qos=p3", "--gres=gpu:8", "-N1", "--array=0-4",
+                      c.stubborn, user="pcbob")
+    assert arr, p.stderr
+
+    def tasks():
+        out = c.run("squeue", "-r", "-h", "-j", arr, "-o", "%i %q %T", check=True).stdout
+        return [line.split() for line in out.splitlines() if line.strip()]
+
+    c.wait_for("two tasks upgraded", lambda: sum(q == "p2-spot" for _, q, _ in tasks()) >= 2,
+               timeout=40)
+    starvation_scans_ran(c, 3)
+    now = tasks()
+    assert len(now) == 5, now
+    upgraded = [t for t, q, _ in now if q == "p2-spot"]
+    assert len(upgraded) == 2 and sum(q == "p3-spot" for _, q, _ in now) == 3, now
+    for t in upgraded:
+        assert MARK.search(admin_comment(c, t)), admin_comment(c, t)
+    rest = next(t for t, q, _ in now if q == "p3-spot")
+    assert "[planc:free-attempt]" not in admin_comment(c, rest)
+    c.end_now(fillers[0])
+    c.wait_for("an attempt to start", lambda: any(
+        q == "p2-spot" and s == "RUNNING" for _, q, s in tasks()), timeout=60)
+
+
 def test_a_free_attempt_queues_below_paying_p2_jobs_and_the_share_holds(c):
     """The cluster full of P2 jobs: a starved P3 job's attempt gets the
     Nice that takes P2's QoS priority off again, so a paying P2 job
