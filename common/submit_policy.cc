@@ -136,6 +136,14 @@ SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req) {
     return d;
   }
   if (req.requested_qos.empty()) return d;  // QoS untouched: nothing to judge
+  if (req.low_priority == SubmitRequest::LowPriority::kReplica && !req.privileged) {
+    d.error = SubmitError::kLowPriority;
+    d.message =
+        "this job is a capacity-infusion replica: its tier is its pool's (planc.conf Pool= "
+        "Tier=), and slurmctld/planc grows and drains it by that tier (cancel it, or ask an "
+        "operator)";
+    return d;
+  }
   const Tier* t = cfg.tiers.find(req.requested_qos);
   if (!t) {
     d.error = SubmitError::kUnknownTier;

@@ -86,7 +86,8 @@ SubmitDecision decide_submit(const PlancConfig& cfg, const SubmitRequest& req);
 // no Nice below nice_floor, and no priority set by hand (Slurm clears the
 // Nice when a user lowers a job's priority, and the next priority
 // calculation then gives the job its tier's full priority); a hold and a
-// release keep it.  Otherwise only a change of QoS is judged:
+// release keep it; nor move a replica to another tier.  Otherwise only a
+// change of QoS is judged:
 // requested_qos empty means the update does not touch the QoS.  The tier
 // of a job on a free starvation attempt is changed only by slurmctld/planc
 // itself or an operator (else the attempt would stay free in another

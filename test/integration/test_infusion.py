@@ -256,13 +256,14 @@ def test_a_replica_takes_only_gpus_nobody_queues_for(infusion):
     c.run("scontrol", "hold", replica, user="pcpool", check=True)
     c.run("scontrol", "release", replica, user="pcpool", check=True)
     assert c.squeue_field(replica, "%Q") == "1"
-    for change in ("nice=0", "priority=1000000"):
+    for change, says in (("nice=0", "it keeps the lowest priority"),
+                         ("priority=1000000", "it keeps the lowest priority"),
+                         ("qos=p3-spot", "its tier is its pool's")):
         at = c.log_offset()
         r = c.run("scontrol", "update", f"jobid={replica}", change, user="pcpool")
         assert r.returncode != 0, change
         assert f"JobId={replica} by uid" in c.log_since(at) and \
-            "this job is a capacity-infusion replica: it keeps the lowest priority" in \
-            c.log_since(at), c.log_since(at)
+            f"this job is a capacity-infusion replica: {says}" in c.log_since(at), c.log_since(at)
     assert c.squeue_field(replica, "%Q") == "1"
     assert not re.search(rf"preempted by JobId={replica}\b", c.log_since(offset)), \
         c.log_since(offset)

@@ -201,6 +201,16 @@ TEST(SubmitPolicyTest, LowPriorityKeptAgainstItsOwner) {
   r.nice = 0;
   r.requested_qos = "p2";
   EXPECT_EQ(decide_modify(cfg(), r).error, SubmitError::kLowPriority);
+  // A replica's tier is its pool's, but an operator's to change.
+  SubmitRequest rep = assoc({"p1-guaranteed", "p3-spot"});
+  rep.low_priority = Low::kReplica;
+  rep.nice_floor = 2147483645;
+  rep.requested_qos = "p3";
+  SubmitDecision d = decide_modify(cfg(), rep);
+  EXPECT_EQ(d.error, SubmitError::kLowPriority);
+  EXPECT_NE(d.message.find("its tier is its pool's"), std::string::npos) << d.message;
+  rep.privileged = true;
+  EXPECT_EQ(decide_modify(cfg(), rep).error, SubmitError::kNone);
 }
 
 TEST(SubmitPolicyTest, SpotCap) {
