@@ -135,6 +135,14 @@ SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req) {
     d.message = std::move(*why);
     return d;
   }
+  if (req.on_free_attempt && req.resizes && !req.privileged) {
+    d.error = SubmitError::kFreeAttempt;
+    d.message =
+        "this job is on a free attempt after starving in its tier: the free attempts' share "
+        "took it at its size, and its size cannot change while the attempt lasts (cancel and "
+        "resubmit, or ask an operator)";
+    return d;
+  }
   if (req.requested_qos.empty()) return d;  // QoS untouched: nothing to judge
   if (req.low_priority == SubmitRequest::LowPriority::kReplica && !req.privileged) {
     d.error = SubmitError::kLowPriority;

@@ -42,6 +42,8 @@ struct SubmitRequest {
   // it sets a priority other than a hold (0) or a release.
   std::optional<int64_t> nice;
   bool sets_priority = false;
+  // For updates: the update changes what the job asks of GPUs or nodes.
+  bool resizes = false;
   // For updates: the low priority Plan C gave the job, kept against its
   // owner: a free attempt queues below paying jobs of its new tier by the
   // Nice in its mark, a capacity-infusion replica at the lowest priority
@@ -86,7 +88,8 @@ SubmitDecision decide_submit(const PlancConfig& cfg, const SubmitRequest& req);
 // no Nice below nice_floor, and no priority set by hand (Slurm clears the
 // Nice when a user lowers a job's priority, and the next priority
 // calculation then gives the job its tier's full priority); a hold and a
-// release keep it; nor move a replica to another tier.  Otherwise only a
+// release keep it; nor move a replica to another tier, nor resize a free
+// attempt (its size was judged against the share).  Otherwise only a
 // change of QoS is judged:
 // requested_qos empty means the update does not touch the QoS.  The tier
 // of a job on a free starvation attempt is changed only by slurmctld/planc

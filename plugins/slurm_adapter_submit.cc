@@ -76,6 +76,24 @@ SubmitRequest submit_request(const PlancConfig& cfg, const job_desc_msg_t* desc)
   return req;
 }
 
+namespace {
+// Whether an update's text field sets something other than the job's.
+bool differs(const char* update, const char* now) {
+  return update && std::string_view(update) != std::string_view(now ? now : "");
+}
+
+// Whether an update changes what the job asks of GPUs or nodes.
+bool resizes(const job_desc_msg_t* desc, const job_record_t* job) {
+  return differs(desc->tres_per_node, job->tres_per_node) ||
+         differs(desc->tres_per_job, job->tres_per_job) ||
+         differs(desc->tres_per_socket, job->tres_per_socket) ||
+         differs(desc->tres_per_task, job->tres_per_task) ||
+         (job->details &&
+          ((desc->min_nodes != NO_VAL && desc->min_nodes != job->details->min_nodes) ||
+           (desc->num_tasks != NO_VAL && desc->num_tasks != job->details->num_tasks)));
+}
+}  // namespace
+
 SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
                              const job_record_t* job, uint32_t submit_uid) {
   SubmitRequest req;
@@ -86,6 +104,7 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
     req.nice = static_cast<int64_t>(desc->nice) - static_cast<int64_t>(NICE_OFFSET);
   // 0 is a hold, INFINITE a release: both keep the Nice.
   req.sets_priority = desc->priority != NO_VAL && desc->priority != 0 && desc->priority != INFINITE;
+  req.resizes = resizes(desc, job);
   if (infused_mark_of(job)) {
     req.low_priority = SubmitRequest::LowPriority::kReplica;
     req.nice_floor = kReplicaNice;
@@ -102,13 +121,6 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
   lookup_assoc(cfg, job->user_id, account, partition, &req);
   return req;
 }
-
-namespace {
-// Whether an update's text field sets something other than the job's.
-bool differs(const char* update, const char* now) {
-  return update && std::string_view(update) != std::string_view(now ? now : "");
-}
-}  // namespace
 
 MarketUpdate market_update(const PlancConfig& cfg, const job_desc_msg_t* desc,
                            const job_record_t* job, uint32_t submit_uid) {
@@ -130,13 +142,8 @@ MarketUpdate market_update(const PlancConfig& cfg, const job_desc_msg_t* desc,
     u.into_market = in_after && !in_now;
     u.out_of_market = in_now && !in_after;
   }
-  u.shape_changed =
-      differs(desc->tres_per_node, job->tres_per_node) ||
-      differs(desc->tres_per_job, job->tres_per_job) ||
-      differs(desc->tres_per_socket, job->tres_per_socket) ||
-      differs(desc->tres_per_task, job->tres_per_task) || differs(desc->account, job->account) ||
-      differs(desc->partition, job->partition) ||
-      (desc->min_nodes != NO_VAL && job->details && desc->min_nodes != job->details->min_nodes);
+  u.shape_changed = resizes(desc, job) || differs(desc->account, job->account) ||
+                    differs(desc->partition, job->partition);
   if (desc->begin_time && desc->begin_time != NO_VAL) u.begin = desc->begin_time;
   u.hold = desc->priority == 0;
   u.release = desc->priority == INFINITE;

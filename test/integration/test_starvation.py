@@ -140,7 +140,9 @@ def test_starved_p3_job_is_upgraded_and_starts_held_and_dependent_are_not(c):
     assert bill["zero_reason"] == "free attempt after starvation upgrade"
 
 
-def test_user_cannot_move_a_free_attempt_to_another_tier(c):
+def test_user_cannot_move_or_resize_a_free_attempt(c):
+    """The attempt was judged against the free attempts' share at its size:
+    its owner can neither move it to another tier nor change its GPUs."""
     fill_with_p2(c)
     job = submit(c, "pcbob", "acct-spot", "p3")
     c.wait_for("the upgrade", lambda: qos(c, job) == "p2-spot", timeout=40)
@@ -148,6 +150,11 @@ def test_user_cannot_move_a_free_attempt_to_another_tier(c):
     assert r.returncode != 0
     assert qos(c, job) == "p2-spot"
     assert f"update of JobId={job} by uid" in log_since(c, 0)
+    before = log_size(c)
+    r = c.run("scontrol", "update", f"jobid={job}", "gres=gpu:4", user="pcbob")
+    assert r.returncode != 0
+    assert "its size cannot change while the attempt lasts" in log_since(c, before)
+    assert c.squeue_field(job, "%b") == "gres:gpu:8", c.squeue_field(job, "%b")
 
 
 def test_upgraded_job_preempted_goes_back_to_p3(c):

@@ -213,6 +213,20 @@ TEST(SubmitPolicyTest, LowPriorityKeptAgainstItsOwner) {
   EXPECT_EQ(decide_modify(cfg(), rep).error, SubmitError::kNone);
 }
 
+TEST(SubmitPolicyTest, AFreeAttemptKeepsItsSize) {
+  SubmitRequest r = assoc({"p2-spot", "p3-spot"});
+  r.on_free_attempt = true;
+  r.resizes = true;
+  SubmitDecision d = decide_modify(cfg(), r);
+  EXPECT_EQ(d.error, SubmitError::kFreeAttempt);
+  EXPECT_NE(d.message.find("its size cannot change while the attempt lasts"), std::string::npos);
+  r.privileged = true;  // slurmctld/planc or an operator
+  EXPECT_EQ(decide_modify(cfg(), r).error, SubmitError::kNone);
+  r.privileged = false;
+  r.on_free_attempt = false;  // any other job: Slurm's rules
+  EXPECT_EQ(decide_modify(cfg(), r).error, SubmitError::kNone);
+}
+
 TEST(SubmitPolicyTest, SpotCap) {
   PlancConfig c = parse_config("SpotCapP3=1\nSpotCapTimeZone=UTC", "planc.conf").value();
   struct Case {
