@@ -113,9 +113,12 @@ def load_runs(runs_dir: str, warmup: Optional[float]):
 # Plan C (fixed price, no infusion) against stock at the high load: the
 # experiment's targets.  (key, label, how, op, target); how: "abs" judges
 # Plan C's own interval, "ratio" the seed-paired Plan C / stock interval.
+# P2's wait counts from submission: a bid held for the market's rounds is
+# not eligible until a round matches it, and those rounds are its wait
+# (without the market the two are the same here).
 TARGETS = [
     ("p3_rate_submitted_worst", "P3 worst hour by submitted tier", "abs", "<=", 0.10),
-    ("wait_p99_P2", "P2 p99 wait, Plan C / stock", "ratio", "<=", 1.5),
+    ("wait_sub_p99_P2", "P2 p99 wait from submission, Plan C / stock", "ratio", "<=", 1.5),
     ("lost_gpu_hours", "Lost GPU-hours, Plan C / stock", "ratio", "<=", 1.0),
     ("p0_sla_every", "P0 SLA, every submission", "abs", ">=", 0.999),
     ("p1_sla_every", "P1 SLA, every submission", "abs", ">=", 0.999),
