@@ -107,11 +107,10 @@ namespace {
 
 // Why a user's update may not lift a job's low priority, or nothing.
 std::optional<std::string> low_priority_refusal(const SubmitRequest& req) {
-  using Low = SubmitRequest::LowPriority;
-  if (req.privileged || req.low_priority == Low::kNone) return std::nullopt;
+  if (req.privileged || req.nice_floor <= 0) return std::nullopt;
   const bool lowers_nice = req.nice && *req.nice < req.nice_floor;
   if (!lowers_nice && !req.sets_priority) return std::nullopt;
-  if (req.low_priority == Low::kReplica)
+  if (req.replica)
     return std::string(
         "this job is a capacity-infusion replica: it keeps the lowest priority (Nice " +
         std::to_string(req.nice_floor) +
@@ -144,7 +143,7 @@ SubmitDecision decide_modify(const PlancConfig& cfg, const SubmitRequest& req) {
     return d;
   }
   if (req.requested_qos.empty()) return d;  // QoS untouched: nothing to judge
-  if (req.low_priority == SubmitRequest::LowPriority::kReplica && !req.privileged) {
+  if (req.replica && !req.privileged) {
     d.error = SubmitError::kLowPriority;
     d.message =
         "this job is a capacity-infusion replica: its tier is its pool's (planc.conf Pool= "

@@ -44,12 +44,13 @@ struct SubmitRequest {
   bool sets_priority = false;
   // For updates: the update changes what the job asks of GPUs or nodes.
   bool resizes = false;
-  // For updates: the low priority Plan C gave the job, kept against its
-  // owner: a free attempt queues below paying jobs of its new tier by the
-  // Nice in its mark, a capacity-infusion replica at the lowest priority
-  // (kReplicaNice, common/infusion.h).  nice_floor is that Nice (0: none to keep).
-  enum class LowPriority { kNone, kFreeAttempt, kReplica };
-  LowPriority low_priority = LowPriority::kNone;
+  // For updates: the job is a capacity-infusion replica (its AdminComment
+  // carries the infused mark, common/infusion.h).
+  bool replica = false;
+  // For updates: the Nice that keeps the low priority Plan C gave the job,
+  // kept against its owner (0: none to keep): a free attempt's, from its
+  // mark (it queues below the paying jobs of its new tier), a replica's
+  // kReplicaNice (the lowest priority).
   int64_t nice_floor = 0;
 };
 
@@ -84,7 +85,7 @@ struct SubmitDecision {
 SubmitDecision decide_submit(const PlancConfig& cfg, const SubmitRequest& req);
 
 // scontrol update of an existing job.  A user (not an operator) may not
-// lift the low priority Plan C gave a job (SubmitRequest::low_priority):
+// lift the low priority Plan C gave a job (SubmitRequest::nice_floor):
 // no Nice below nice_floor, and no priority set by hand (Slurm clears the
 // Nice when a user lowers a job's priority, and the next priority
 // calculation then gives the job its tier's full priority); a hold and a

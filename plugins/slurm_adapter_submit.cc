@@ -105,13 +105,11 @@ SubmitRequest modify_request(const PlancConfig& cfg, const job_desc_msg_t* desc,
   // 0 is a hold, INFINITE a release: both keep the Nice.
   req.sets_priority = desc->priority != NO_VAL && desc->priority != 0 && desc->priority != INFINITE;
   req.resizes = resizes(desc, job);
-  if (infused_mark_of(job)) {
-    req.low_priority = SubmitRequest::LowPriority::kReplica;
+  req.replica = infused_mark_of(job).has_value();
+  if (req.replica)
     req.nice_floor = kReplicaNice;
-  } else if (req.on_free_attempt) {
+  else if (req.on_free_attempt)
     req.nice_floor = free_attempt_nice(str(job->admin_comment));
-    if (req.nice_floor > 0) req.low_priority = SubmitRequest::LowPriority::kFreeAttempt;
-  }
   if (req.requested_qos.empty()) return req;  // not a QoS change
   req.partition = str(desc->partition);
   req.current_partition = str(job->partition);

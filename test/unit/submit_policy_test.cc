@@ -149,7 +149,7 @@ TEST(SubmitPolicyTest, Modify) {
 }
 
 TEST(SubmitPolicyTest, LowPriorityKeptAgainstItsOwner) {
-  using Low = SubmitRequest::LowPriority;
+  enum class Low { kNone, kFreeAttempt, kReplica };
   struct Case {
     const char* what;
     Low low;
@@ -183,7 +183,7 @@ TEST(SubmitPolicyTest, LowPriorityKeptAgainstItsOwner) {
   };
   for (const Case& c : cases) {
     SubmitRequest r = assoc({"p2-spot", "p3-spot"});
-    r.low_priority = c.low;
+    r.replica = c.low == Low::kReplica;
     r.nice_floor = c.low == Low::kReplica ? 2147483645 : c.low == Low::kNone ? 0 : 40000;
     r.on_free_attempt = c.low == Low::kFreeAttempt;
     r.nice = c.nice;
@@ -195,7 +195,6 @@ TEST(SubmitPolicyTest, LowPriorityKeptAgainstItsOwner) {
   }
   // Refused before the QoS is judged: an update that also moves the tier.
   SubmitRequest r = assoc({"p2-spot", "p3-spot"});
-  r.low_priority = Low::kFreeAttempt;
   r.nice_floor = 40000;
   r.on_free_attempt = true;
   r.nice = 0;
@@ -203,7 +202,7 @@ TEST(SubmitPolicyTest, LowPriorityKeptAgainstItsOwner) {
   EXPECT_EQ(decide_modify(cfg(), r).error, SubmitError::kLowPriority);
   // A replica's tier is its pool's, but an operator's to change.
   SubmitRequest rep = assoc({"p1-guaranteed", "p3-spot"});
-  rep.low_priority = Low::kReplica;
+  rep.replica = true;
   rep.nice_floor = 2147483645;
   rep.requested_qos = "p3";
   SubmitDecision d = decide_modify(cfg(), rep);
