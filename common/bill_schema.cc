@@ -3,6 +3,9 @@
 #include <charconv>
 #include <cstdio>
 #include <ctime>
+#include <map>
+#include <set>
+#include <tuple>
 #include <type_traits>
 
 #include "common/record.h"
@@ -432,28 +435,68 @@ bool is_null(const BillColumn& c, const FieldValue& v) {
   return v.is_text() ? v.text().empty() : v.num() == c.null_value;
 }
 
+// The COPY row's numbers, made without printf (the writer's CPU a bill).
+void append_int(std::string& out, int64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+// v (0 <= v < 10^width) with leading zeros.
+void append_padded(std::string& out, int64_t v, int width) {
+  char buf[24];
+  for (int i = width - 1; i >= 0; i--, v /= 10) buf[i] = static_cast<char>('0' + v % 10);
+  out.append(buf, static_cast<size_t>(width));
+}
+
+// "W.FFF" of a non-negative fixed-point value with `places` decimals.
+void append_fixed(std::string& out, int64_t v, int64_t unit, int places) {
+  append_int(out, v / unit);
+  out += '.';
+  append_padded(out, v % unit, places);
+}
+
 // A value as PostgreSQL reads it in COPY text or as a parameter (text
 // unescaped).
-std::string sql_text(const BillColumn& c, const FieldValue& v) {
-  char buf[32];
+void append_sql_text(std::string& out, const BillColumn& c, const FieldValue& v) {
   switch (c.kind) {
     case K::kText:
-      return std::string(v.text());
+      out += v.text();
+      return;
     case K::kInt:
-      return std::to_string(v.num());
+      append_int(out, v.num());
+      return;
     case K::kTime:
-      return pg_timestamp(v.num());
+      append_pg_timestamp(out, v.num());
+      return;
     case K::kMicros:
-      return format_micros6(v.num());
+      if (v.num() >= 0)
+        append_fixed(out, v.num(), 1'000'000, 6);
+      else
+        out += format_micros6(v.num());
+      return;
     case K::kPermille:
-      std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(v.num() / 1000),
-                    static_cast<long long>(v.num() % 1000));
-      return buf;
+      if (v.num() >= 0) {
+        append_fixed(out, v.num(), 1000, 3);
+      } else {
+        char buf[48];
+        std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(v.num() / 1000),
+                      static_cast<long long>(v.num() % 1000));
+        out += buf;
+      }
+      return;
     case K::kMibAsGib:
-      return format_gib_seconds(v.num());
+      append_gib_seconds(out, v.num());
+      return;
     default:
-      return "";
+      return;
   }
+}
+
+std::string sql_text(const BillColumn& c, const FieldValue& v) {
+  std::string out;
+  append_sql_text(out, c, v);
+  return out;
 }
 
 // The spool record's current version: the highest any entry carries.
@@ -504,19 +547,60 @@ FieldValue column_value(const BillColumn& c, const Bill& b, std::string_view sou
 }
 
 std::string pg_timestamp(int64_t t) {
-  time_t tt = static_cast<time_t>(t);
-  struct tm tm;
-  gmtime_r(&tt, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S+00", &tm);
-  return buf;
+  std::string out;
+  append_pg_timestamp(out, t);
+  return out;
+}
+
+void append_pg_timestamp(std::string& out, int64_t t) {
+  if (t < 0 || t >= 253'402'300'800) {  // outside years 1970-9999: the C library's
+    time_t tt = static_cast<time_t>(t);
+    struct tm tm;
+    gmtime_r(&tt, &tm);
+    char buf[40];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S+00", &tm);
+    out += buf;
+    return;
+  }
+  // The civil date of a day number (Howard Hinnant's days_from_civil
+  // inverted), for days from 1970-01-01 on.
+  const int64_t days = t / 86400 + 719'468, secs = t % 86400;
+  const int64_t era = days / 146'097, doe = days - era * 146'097;
+  const int64_t yoe = (doe - doe / 1460 + doe / 36'524 - doe / 146'096) / 365;
+  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+  const int64_t day = doy - (153 * mp + 2) / 5 + 1, month = mp < 10 ? mp + 3 : mp - 9;
+  const int64_t year = yoe + era * 400 + (month <= 2);
+  append_padded(out, year, 4);
+  out += '-';
+  append_padded(out, month, 2);
+  out += '-';
+  append_padded(out, day, 2);
+  out += ' ';
+  append_padded(out, secs / 3600, 2);
+  out += ':';
+  append_padded(out, secs / 60 % 60, 2);
+  out += ':';
+  append_padded(out, secs % 60, 2);
+  out += "+00";
 }
 
 std::string format_gib_seconds(int64_t mib_seconds) {
+  std::string out;
+  append_gib_seconds(out, mib_seconds);
+  return out;
+}
+
+void append_gib_seconds(std::string& out, int64_t mib_seconds) {
+  if (mib_seconds >= 0) {  // exact: 1 MiB is 1/1024 GiB = 0.0009765625
+    append_int(out, mib_seconds / 1024);
+    out += '.';
+    append_padded(out, (mib_seconds % 1024) * 9'765'625LL, 10);
+    return;
+  }
   char buf[64];
   std::snprintf(buf, sizeof buf, "%lld.%010lld", static_cast<long long>(mib_seconds / 1024),
                 static_cast<long long>((mib_seconds % 1024) * 9765625LL));
-  return buf;
+  out += buf;
 }
 
 std::string bill_copy_columns() {
@@ -528,19 +612,88 @@ std::string bill_copy_columns() {
 
 std::string bill_copy_row(const Bill& b, std::string_view source) {
   std::string row;
+  append_bill_copy_row(row, b, source);
+  return row;
+}
+
+void append_bill_copy_row(std::string& row, const Bill& b, std::string_view source) {
+  bool first = true;
   for (const BillColumn& c : kColumns) {
     if (!c.written()) continue;
-    if (!row.empty()) row += '\t';
+    if (!first) row += '\t';
+    first = false;
     FieldValue v = column_value(c, b, source);
     if (is_null(c, v))
       row += "\\N";
     else if (c.kind == K::kText)
       append_escaped(row, v.text());
     else
-      row += sql_text(c, v);
+      append_sql_text(row, c, v);
   }
   row += '\n';
-  return row;
+}
+
+BillBatch bill_batch(std::vector<Bill> bills, std::string_view source) {
+  using Key = std::tuple<std::string_view, uint32_t, int64_t>;
+  BillBatch out;
+  out.bills = std::move(bills);
+  out.unique.reserve(out.bills.size());
+  out.copy_rows.reserve(out.bills.size() * 512);
+  std::set<Key> keys;
+  std::vector<const Bill*> unique;
+  unique.reserve(out.bills.size());
+  for (size_t i = 0; i < out.bills.size(); i++) {
+    const Bill& b = out.bills[i];
+    if (!keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time).second) continue;
+    out.unique.push_back(i);
+    unique.push_back(&b);
+    append_bill_copy_row(out.copy_rows, b, source);
+  }
+  out.usage_rows = usage_copy_rows(unique);
+  return out;
+}
+
+std::string usage_copy_rows(const std::vector<const Bill*>& bills) {
+  struct Usage {
+    int64_t card_micro_seconds = 0, core_seconds = 0, mem_mib_seconds = 0, amount_micros = 0;
+    int64_t segments = 0;
+  };
+  using Key =
+      std::tuple<int64_t, std::string_view, std::string_view, std::string_view, std::string_view>;
+  std::map<Key, Usage> usage;
+  for (const Bill* b : bills) {
+    for (const HourSlice& h : split_by_hour(*b)) {
+      Usage& u = usage[{h.hour, b->seg.cluster, b->seg.account, b->seg.user, b->tier}];
+      u.card_micro_seconds += h.card_micro_seconds;
+      u.core_seconds += h.core_seconds;
+      u.mem_mib_seconds += h.mem_mib_seconds;
+      u.amount_micros += h.amount_micros;
+      u.segments++;
+    }
+  }
+  std::string data;
+  auto field = [&data](std::string_view v) {
+    append_escaped(data, v);
+    data += '\t';
+  };
+  for (const auto& [k, u] : usage) {
+    append_pg_timestamp(data, std::get<0>(k));
+    data += '\t';
+    field(std::get<1>(k));
+    field(std::get<2>(k));
+    field(std::get<3>(k));
+    field(std::get<4>(k));
+    field(format_card_seconds(u.card_micro_seconds));
+    append_int(data, u.core_seconds);
+    data += '\t';
+    append_gib_seconds(data, u.mem_mib_seconds);
+    data += '\t';
+    append_int(data, u.amount_micros);
+    data += '\t';
+    append_int(data, u.segments);
+    data += '\n';
+  }
+  return data;
 }
 
 std::string bill_select_list() {
@@ -646,7 +799,7 @@ Result<Segment> parse_segment(std::string_view line) {
   auto rec = RecordReader::parse(line);
   if (!rec.ok()) return R::failure(ErrorCode::kCorrupt, rec.error());
   const RecordReader& f = rec.value();
-  const std::string& tag = f.str(0);
+  const std::string_view tag = f.str(0);
   // planc-seg-N holds the fields of versions 1..N.
   int version = 0;
   if (tag.rfind(kSpoolPrefix, 0) == 0) {
@@ -657,7 +810,7 @@ Result<Segment> parse_segment(std::string_view line) {
   for (const BillColumn& c : kColumns)
     if (c.spool_since && c.spool_since <= version) fields++;
   if (version < 1 || version > spool_version() || f.size() != fields)
-    return R::failure(ErrorCode::kCorrupt, "unknown record version '" + tag + "'");
+    return R::failure(ErrorCode::kCorrupt, "unknown record version '" + std::string(tag) + "'");
   Bill b;
   size_t i = 1;
   for (const BillColumn& c : kColumns) {

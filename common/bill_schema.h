@@ -132,6 +132,27 @@ FieldValue column_value(const BillColumn& c, const Bill& b, std::string_view sou
 std::string bill_copy_columns();
 // One bill as a line of COPY text for bill_copy_columns().
 std::string bill_copy_row(const Bill& b, std::string_view source);
+void append_bill_copy_row(std::string& out, const Bill& b, std::string_view source);
+
+// A batch of bills as the writer sends it to PostgreSQL, made before it is
+// sent (the spool's worker makes the next while one is written): each key
+// (cluster, job_id, start_time) once, the first of a duplicate kept (a
+// replayed spool file beside its original), their COPY rows, and the COPY
+// rows of their hourly totals.
+struct BillBatch {
+  std::vector<Bill> bills;
+  std::vector<size_t> unique;  // indexes into bills, in order
+  std::string copy_rows;       // bill_copy_row of each of `unique`
+  std::string usage_rows;      // usage_copy_rows of `unique`
+};
+BillBatch bill_batch(std::vector<Bill> bills, std::string_view source);
+
+// planc.usage_hourly's COPY rows for these bills (hour, cluster, account,
+// user_name, tier, card_seconds, core_seconds, mem_gib_seconds,
+// amount_micros, segments): their hour slices summed per hour, cluster,
+// account, user and tier, so an upsert touches one row for each.
+std::string usage_copy_rows(const std::vector<const Bill*>& bills);
+
 // "cluster, job_id, extract(epoch FROM start_time)::bigint, ...": what a
 // SELECT reads back, one expression per read_back() column, in table order,
 // each giving the in-memory value as text (NULL as the null value).
@@ -151,8 +172,10 @@ std::vector<std::optional<std::string>> bill_measure_params(const Bill& b);
 
 // "2026-11-30 01:02:03+00" for COPY and parameters.
 std::string pg_timestamp(int64_t unix_time);
+void append_pg_timestamp(std::string& out, int64_t unix_time);
 // Exact decimal GiB-seconds of MiB-seconds (1/1024 has 10 decimals).
 std::string format_gib_seconds(int64_t mib_seconds);
+void append_gib_seconds(std::string& out, int64_t mib_seconds);
 
 // --- planc-bill list ----------------------------------------------------------
 // The column's text in a listing: times as unix seconds (the tool shows

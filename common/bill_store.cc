@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <map>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -55,13 +54,6 @@ constexpr const char* kUsageUpsertSql =
     "  mem_gib_seconds = u.mem_gib_seconds + excluded.mem_gib_seconds,"
     "  amount_micros = u.amount_micros + excluded.amount_micros,"
     "  segments = u.segments + excluded.segments";
-
-// COPY text format: tab-separated, \N is NULL, backslash escapes.
-void field(std::string& row, std::string_view v) {
-  if (!row.empty()) row += '\t';
-  append_escaped(row, v);
-}
-void field(std::string& row, int64_t v) { field(row, std::to_string(v)); }
 
 // PostgreSQL's message on one line (its DETAIL and CONTEXT follow on
 // lines of their own): one log line per failure.
@@ -177,8 +169,13 @@ Result<bool> BillStore::copy_in(const std::string& sql, const std::string& data)
 }
 
 Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::string& source) {
-  using Key = std::tuple<std::string, uint32_t, int64_t>;
   if (bills.empty()) return size_t{0};
+  return write(bill_batch(bills, source));
+}
+
+Result<size_t> BillStore::write(const BillBatch& batch) {
+  using Key = std::tuple<std::string, uint32_t, int64_t>;
+  if (batch.bills.empty()) return size_t{0};
   // A connection that failed for a retryable reason is dropped: the next
   // write connects again.
   auto give_up = [this](const Result<bool>& e) {
@@ -201,28 +198,21 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
     PQclear(PQexec(conn_, "ROLLBACK"));
     return give_up(e);
   };
-  // The same segment can be in one batch twice (a replayed spool file next
-  // to its original): keep the first.
-  std::set<Key> keys;
-  std::vector<const Bill*> unique;
-  std::string bill_data;
-  for (const Bill& b : bills) {
-    if (!keys.emplace(b.seg.cluster, b.seg.job_id, b.seg.start_time).second) continue;
-    unique.push_back(&b);
-    bill_data += bill_copy_row(b, source);
-  }
   if (auto r = exec("BEGIN"); !r.ok()) return give_up(r);
   // Fast path: none of these bills is stored yet (the usual case), so they
   // go straight into planc.bill with one COPY.  A replay trips the primary
   // key; then only the new ones are inserted, through staging.
-  std::set<Key> fresh;
+  size_t stored = 0;
+  std::string usage_rows;  // of the bills stored, when not all of them
   if (auto r = exec("SAVEPOINT fast"); !r.ok()) return fail(r);
-  auto direct = copy_in("COPY planc.bill (" + bill_copy_columns() + ") FROM STDIN", bill_data);
+  auto direct =
+      copy_in("COPY planc.bill (" + bill_copy_columns() + ") FROM STDIN", batch.copy_rows);
   if (direct.ok()) {
-    fresh = keys;
+    stored = batch.unique.size();
   } else if (last_sqlstate_ == "23505") {  // unique_violation: a replay
     if (auto r = exec("ROLLBACK TO SAVEPOINT fast"); !r.ok()) return fail(r);
-    if (auto r = copy_in("COPY stage_bill (" + bill_copy_columns() + ") FROM STDIN", bill_data);
+    if (auto r =
+            copy_in("COPY stage_bill (" + bill_copy_columns() + ") FROM STDIN", batch.copy_rows);
         !r.ok())
       return fail(r);
     PGresult* m = PQexec(conn_, kInsertNewSql);
@@ -231,53 +221,30 @@ Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::strin
       PQclear(m);
       return fail(e);
     }
+    std::set<Key> fresh;
     for (int i = 0; i < PQntuples(m); i++)
       fresh.emplace(PQgetvalue(m, i, 0),
                     static_cast<uint32_t>(std::strtoul(PQgetvalue(m, i, 1), nullptr, 10)),
                     std::strtoll(PQgetvalue(m, i, 2), nullptr, 10));
     PQclear(m);
+    std::vector<const Bill*> fresh_bills;
+    for (size_t i : batch.unique) {
+      const Bill& b = batch.bills[i];
+      if (fresh.count({b.seg.cluster, b.seg.job_id, b.seg.start_time})) fresh_bills.push_back(&b);
+    }
+    stored = fresh_bills.size();
+    usage_rows = usage_copy_rows(fresh_bills);
   } else {
     return fail(direct);
   }
-  // Hourly totals of the bills actually stored, summed here so the upsert
-  // touches one row per hour x account x user x tier.
-  struct Usage {
-    int64_t card_micro_seconds = 0, core_seconds = 0, mem_mib_seconds = 0, amount_micros = 0;
-    int64_t segments = 0;
-  };
-  std::map<std::tuple<int64_t, std::string, std::string, std::string, std::string>, Usage> usage;
-  for (const Bill* b : unique) {
-    if (!fresh.count({b->seg.cluster, b->seg.job_id, b->seg.start_time})) continue;
-    for (const HourSlice& h : split_by_hour(*b)) {
-      Usage& u = usage[{h.hour, b->seg.cluster, b->seg.account, b->seg.user, b->tier}];
-      u.card_micro_seconds += h.card_micro_seconds;
-      u.core_seconds += h.core_seconds;
-      u.mem_mib_seconds += h.mem_mib_seconds;
-      u.amount_micros += h.amount_micros;
-      u.segments++;
-    }
-  }
-  if (!usage.empty()) {
-    std::string data;
-    for (const auto& [k, u] : usage) {
-      std::string r;
-      field(r, pg_timestamp(std::get<0>(k)));
-      field(r, std::get<1>(k));
-      field(r, std::get<2>(k));
-      field(r, std::get<3>(k));
-      field(r, std::get<4>(k));
-      field(r, format_card_seconds(u.card_micro_seconds));
-      field(r, u.core_seconds);
-      field(r, format_gib_seconds(u.mem_mib_seconds));
-      field(r, u.amount_micros);
-      field(r, u.segments);
-      data += r + '\n';
-    }
-    if (auto r = copy_in(kUsageCopySql, data); !r.ok()) return fail(r);
+  // The hourly totals of the bills actually stored.
+  if (stored) {
+    const std::string& rows = stored == batch.unique.size() ? batch.usage_rows : usage_rows;
+    if (auto r = copy_in(kUsageCopySql, rows); !r.ok()) return fail(r);
     if (auto r = exec(kUsageUpsertSql); !r.ok()) return fail(r);
   }
   if (auto r = exec("COMMIT"); !r.ok()) return give_up(r);
-  return fresh.size();
+  return stored;
 }
 
 Result<size_t> BillStore::record_usage(const std::vector<Bill>& bills) {

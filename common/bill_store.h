@@ -78,6 +78,8 @@ class BillStore {
   // Errors are coded as above; a kRetryable one also drops the connection
   // (the next call connects again).
   Result<size_t> write(const std::vector<Bill>& bills, const std::string& source);
+  // The same with the batch's COPY text made already (bill_batch).
+  Result<size_t> write(const BillBatch& batch);
 
   // Sets the measured columns (common/bill_schema.h, `measured`) of each
   // bill, found by its key, in one transaction; a bill already measured

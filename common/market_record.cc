@@ -152,7 +152,7 @@ Result<MarketRoundRecord> parse_round(std::string_view text) {
         !non_negative(rec, 8, &pays))
       return corrupt(line_no, "a number field of the bid");
     auto outcome = parse_bid_outcome(rec.str(7));
-    if (!outcome) return corrupt(line_no, "outcome '" + rec.str(7) + "'");
+    if (!outcome) return corrupt(line_no, "outcome '" + std::string(rec.str(7)) + "'");
     b.job_id = static_cast<uint32_t>(id);
     b.user = rec.str(2);
     b.account = rec.str(3);

@@ -43,13 +43,14 @@ class RecordReader {
  public:
   // Fails with "no checksum (torn record)" or "checksum mismatch".
   static Result<RecordReader> parse(std::string_view line);
-  size_t size() const { return fields_.size(); }
-  const std::string& str(size_t i) const { return fields_[i]; }
+  size_t size() const { return ends_.size(); }
+  std::string_view str(size_t i) const;
   // Field i as a whole decimal integer; false if it is not one.
   bool num(size_t i, int64_t* v) const;
 
  private:
-  std::vector<std::string> fields_;
+  std::string text_;          // every field unescaped, one after the other
+  std::vector<size_t> ends_;  // field i ends at ends_[i] in text_
 };
 
 }  // namespace planc

@@ -139,32 +139,35 @@ namespace {
 // One batch's records, parsed and priced.
 struct PricedBatch {
   SpoolContents contents;
-  std::vector<Bill> bills;
+  BillBatch batch;  // batch.bills[k] is the bill of contents.records[k]
 };
 
 PricedBatch price_lines(const std::vector<std::string_view>& lines, size_t from, size_t to,
-                        const Spool::PriceFn& price) {
+                        const Spool::PriceFn& price, std::string_view source) {
   PricedBatch out{parse_lines(lines, from, to), {}};
-  out.bills.reserve(out.contents.records.size());
-  for (const SpoolRecord& r : out.contents.records) out.bills.push_back(price(r.seg));
+  std::vector<Bill> bills;
+  bills.reserve(out.contents.records.size());
+  for (const SpoolRecord& r : out.contents.records) bills.push_back(price(r.seg));
+  out.batch = bill_batch(std::move(bills), source);
   return out;
 }
 
 }  // namespace
 
 Result<SpoolStored> Spool::store(uint64_t seq, const PriceFn& price, const WriteFn& write,
-                                 size_t batch) const {
+                                 size_t batch, std::string_view source) const {
   using R = Result<SpoolStored>;
   auto text = read_text(seq);
   if (!text.ok()) return R::failure(text.code(), text.error());
   const std::vector<std::string_view> lines = split_lines(text.value());
   batch = std::max<size_t>(batch, 1);
-  // The next batch is parsed and priced on a thread of its own while this
-  // one is written: the database's work and ours overlap.  Without a
+  // The next batch is parsed, priced and made into COPY text on a thread
+  // of its own while this one is written: the database's work and ours
+  // overlap.  Without a
   // thread to spare (EAGAIN) it is done here, when its turn comes.
   auto stage = [&](size_t from) {
     return std::async(std::launch::async | std::launch::deferred, price_lines, std::cref(lines),
-                      from, std::min(lines.size(), from + batch), std::cref(price));
+                      from, std::min(lines.size(), from + batch), std::cref(price), source);
   };
   SpoolStored done;
   std::future<PricedBatch> next;
@@ -175,8 +178,8 @@ Result<SpoolStored> Spool::store(uint64_t seq, const PriceFn& price, const Write
     for (SpoolDamage& d : cur.contents.damaged) done.damaged.push_back(std::move(d));
     const std::vector<SpoolRecord>& records = cur.contents.records;
     done.records += records.size();
-    if (cur.bills.empty()) continue;
-    auto w = write(cur.bills);
+    if (cur.batch.bills.empty()) continue;
+    auto w = write(cur.batch);
     if (w.ok()) {
       done.fresh += w.value();
       continue;
@@ -184,8 +187,8 @@ Result<SpoolStored> Spool::store(uint64_t seq, const PriceFn& price, const Write
     if (w.code() != ErrorCode::kRefused) return R::failure(w.code(), w.error());
     // A refused batch would be refused for ever: find the bills PostgreSQL
     // refuses and keep the others flowing.
-    for (size_t k = 0; k < cur.bills.size(); k++) {
-      auto one = write({cur.bills[k]});
+    for (size_t k = 0; k < cur.batch.bills.size(); k++) {
+      auto one = write(bill_batch({cur.batch.bills[k]}, source));
       if (one.ok()) {
         done.fresh += one.value();
         continue;

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "common/append_file.h"
+#include "common/bill_schema.h"
 #include "common/billing.h"
 #include "common/file_system.h"
 #include "common/result.h"
@@ -127,10 +128,12 @@ class Spool {
   //               for the next try (what was written is written: the bill
   //               key makes the retry write nothing twice).
   // A record that cannot be set aside (disk full) is a failure too.
+  // Each batch reaches write() with its COPY text made (bill_batch, with
+  // `source` as the bills' source), the next made meanwhile.
   using PriceFn = std::function<Bill(Segment)>;
-  using WriteFn = std::function<Result<size_t>(const std::vector<Bill>&)>;
-  Result<SpoolStored> store(uint64_t seq, const PriceFn& price, const WriteFn& write,
-                            size_t batch) const;
+  using WriteFn = std::function<Result<size_t>(const BillBatch&)>;
+  Result<SpoolStored> store(uint64_t seq, const PriceFn& price, const WriteFn& write, size_t batch,
+                            std::string_view source) const;
 
  private:
   std::string dir_;

@@ -185,8 +185,8 @@ bool store_file(planc::BillStore& store, const PendingFile& f, std::string* prob
                 planc::BillingCounters* counts, uint64_t* processed) {
   // PostgreSQL's answer decides (common/bill_store.h): kRefused bills are
   // set aside, anything else keeps the file for the next try.
-  auto write = [&store](const std::vector<Bill>& bills) { return store.write(bills, "jobcomp"); };
-  auto r = f.spool->store(f.seq, price, write, kBatch);
+  auto write = [&store](const planc::BillBatch& bills) { return store.write(bills); };
+  auto r = f.spool->store(f.seq, price, write, kBatch, "jobcomp");
   if (!r.ok() && r.code() == planc::ErrorCode::kNotFound) {
     // Removed by hand meanwhile: nothing to store, nothing to wait for.
     error("%s: %s; skipped", plugin_type, r.error().c_str());

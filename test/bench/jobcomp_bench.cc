@@ -16,11 +16,13 @@
 //     alternate raw, planc, planc, raw, ...
 //
 //   jobcomp_bench CONNINFO [--segments N] [--sync-segments N] [--ingest N] [--rounds R]
-//                [--ingest-only 1] [--serial 1]
+//                [--ingest-only 1] [--serial 1] [--render-only 1]
 // CONNINFO must reach a database with sql/ applied, as a role that may
 // TRUNCATE planc.bill (a private cluster's postgres).  Destroys its bills.
 // --serial 1: figure 2's writer in one thread, each batch parsed and priced
 // before it is written (the baseline of the worker's overlap).
+// --render-only 1: figure 3 alone (CONNINFO is not used): the writer's CPU
+// a bill without a database, per stage.
 // --ingest-only 1: figure 2 alone, into a table that keeps the bills it
 // holds (test/bench/bench-bills loads millions first): the runs start this
 // hour, under cluster "bench", and only those are deleted between rounds.
@@ -34,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -125,6 +128,68 @@ void write_spool_file(const std::string& path, const std::vector<std::string>& l
   if (std::fclose(f) != 0) die("cannot write " + path + ": " + std::strerror(errno));
 }
 
+// Figure 3 (--render-only 1): the writer's own CPU a bill, no database:
+// reading the spool records, pricing them, and making the COPY text of the
+// bills and of their hourly totals, in batches of 5000 as the worker does;
+// per stage, microseconds of this thread's CPU a bill, the median of the
+// rounds.  What the database waits for while the writer works.
+double thread_cpu_us() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+int render(const planc::PlancConfig& cfg, const std::vector<planc::Segment>& segs, size_t n,
+           int rounds) {
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < n; i++) lines.push_back(planc::serialize_segment(segs[i]));
+  std::vector<double> parse_us, price_us, rows_us, usage_us;
+  size_t bytes = 0;
+  for (int r = 0; r < rounds; r++) {
+    double parse = 0, price = 0, rows = 0, usage = 0;
+    bytes = 0;
+    for (size_t from = 0; from < n; from += 5000) {
+      const size_t to = std::min(n, from + 5000);
+      double t = thread_cpu_us();
+      std::vector<planc::Segment> batch;
+      batch.reserve(to - from);
+      for (size_t i = from; i < to; i++) {
+        auto seg = planc::parse_segment(lines[i]);
+        if (!seg.ok()) die(seg.error());
+        batch.push_back(std::move(seg.value()));
+      }
+      double t1 = thread_cpu_us();
+      std::vector<planc::Bill> bills;
+      bills.reserve(batch.size());
+      for (const planc::Segment& seg : batch) bills.push_back(planc::price_segment(cfg, seg));
+      double t2 = thread_cpu_us();
+      std::vector<const planc::Bill*> all;
+      for (const planc::Bill& bill : bills) all.push_back(&bill);
+      const std::string u = planc::usage_copy_rows(all);
+      double t3 = thread_cpu_us();
+      const planc::BillBatch b = planc::bill_batch(std::move(bills), "jobcomp");
+      double t4 = thread_cpu_us();
+      const double hourly = t3 - t2, batch_all = t4 - t3;
+      // bill_batch makes the hourly rows too: the COPY rows are the rest.
+      parse += t1 - t, price += t2 - t1, rows += batch_all - hourly, usage += hourly;
+      bytes += b.copy_rows.size() + u.size();
+    }
+    parse_us.push_back(parse / n), price_us.push_back(price / n), rows_us.push_back(rows / n),
+        usage_us.push_back(usage / n);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double a = median(parse_us), b = median(price_us), c = median(rows_us),
+               d = median(usage_us);
+  std::printf(
+      "render: %.2f us of CPU a bill: parse %.2f, price %.2f, COPY rows %.2f, hourly rows %.2f"
+      " (%zu bills, %.0f bytes of COPY text a bill; medians of %d)\n",
+      a + b + c + d, a, b, c, d, n, static_cast<double>(bytes) / n, rounds);
+  return 0;
+}
+
 // Figure 2.  `keep`: the table keeps what it holds (only the bench's own
 // cluster's rows are deleted between rounds), and the runs start now.
 int ingest(const char* conninfo, const planc::PlancConfig& cfg, std::vector<planc::Segment> segs,
@@ -196,7 +261,7 @@ int ingest(const char* conninfo, const planc::PlancConfig& cfg, std::vector<plan
         // batch priced while one is written), then removed.
         auto w = spool.store(
             1, [&](planc::Segment seg) { return planc::price_segment(cfg, seg); },
-            [&](const std::vector<planc::Bill>& b) { return store.write(b, "jobcomp"); }, 5000);
+            [&](const planc::BillBatch& b) { return store.write(b); }, 5000, "jobcomp");
         if (!w.ok()) die(w.error());
         if (w.value().records != n_ingest) die("the spool file lost records");
       }
@@ -232,7 +297,7 @@ int main(int argc, char** argv) {
   const char* conninfo = argv[1];
   size_t n_cb = 100000, n_sync = 10000, n_ingest = 100000;
   int rounds = 2;
-  bool ingest_only = false, serial = false;
+  bool ingest_only = false, serial = false, render_only = false;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     size_t v = std::strtoull(argv[i + 1], nullptr, 10);
@@ -248,6 +313,8 @@ int main(int argc, char** argv) {
       ingest_only = v != 0;
     else if (k == "--serial")
       serial = v != 0;
+    else if (k == "--render-only")
+      render_only = v != 0;
     else
       die("unknown option " + k);
   }
@@ -256,6 +323,7 @@ int main(int argc, char** argv) {
   segs.reserve(std::max(n_cb, n_ingest));
   for (size_t i = 0; i < std::max(n_cb, n_ingest); i++)
     segs.push_back(sample(static_cast<uint32_t>(i)));
+  if (render_only) return render(cfg, segs, n_ingest, rounds);
   if (ingest_only) return ingest(conninfo, cfg, std::move(segs), n_ingest, rounds, true, serial);
 
   // --- 1. callback: serialize + one locked append ---------------------------------

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <numeric>
 
+#include "common/bill_schema.h"
 #include "common/job_marks.h"
 
 namespace planc {
@@ -310,6 +312,78 @@ TEST(BillingTest, FormatMinor) {
   EXPECT_EQ(format_minor(-5), "-0.05");
   EXPECT_EQ(format_micros6(2234), "0.002234");
   EXPECT_EQ(format_micros6(162'240'000), "162.240000");
+}
+
+// The writer's fast formatters write what the C library writes.
+TEST(BillingTest, TimestampsAsStrftimeWritesThem) {
+  auto by_libc = [](int64_t t) {
+    time_t tt = static_cast<time_t>(t);
+    struct tm tm;
+    gmtime_r(&tt, &tm);
+    char buf[40];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S+00", &tm);
+    return std::string(buf);
+  };
+  // Every day boundary and an odd second of every day, 1970 to 2110 (leap
+  // years, 2000 and 2100), and the edges the C library takes over.
+  for (int64_t day = 0; day < 51'500; day++)
+    for (int64_t t : {day * 86400, day * 86400 + 86399, day * 86400 + 3723})
+      ASSERT_EQ(pg_timestamp(t), by_libc(t)) << t;
+  for (int64_t t : {int64_t{-1}, int64_t{-86401}, int64_t{253'402'300'799},
+                    int64_t{253'402'300'800}, int64_t{1'800'000'000}})
+    EXPECT_EQ(pg_timestamp(t), by_libc(t)) << t;
+  EXPECT_EQ(pg_timestamp(1'800'000'000), "2027-01-15 08:00:00+00");
+}
+
+TEST(BillingTest, DecimalsAsPrintfWritesThem) {
+  for (int64_t v : {int64_t{0}, int64_t{1}, int64_t{1023}, int64_t{1024}, int64_t{1025},
+                    int64_t{123'456'789'012}, int64_t{-1}, int64_t{-1025}}) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%lld.%010lld", static_cast<long long>(v / 1024),
+                  static_cast<long long>((v % 1024) * 9765625LL));
+    EXPECT_EQ(format_gib_seconds(v), buf) << v;
+  }
+  EXPECT_EQ(format_gib_seconds(1536), "1.5000000000");
+}
+
+// The CRC of every record (sliced eight bytes at a time) is the CRC-32 of
+// the bytes one at a time: old spool files stay readable.
+TEST(BillingTest, RecordCrcIsCrc32) {
+  EXPECT_EQ(record_crc32("123456789"), 0xcbf43926u);  // the CRC-32 check value
+  EXPECT_EQ(record_crc32(""), 0u);
+  auto bytewise = [](std::string_view s) {
+    uint32_t c = 0xffffffffu;
+    for (unsigned char ch : s) {
+      c ^= ch;
+      for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+    }
+    return c ^ 0xffffffffu;
+  };
+  std::string s;
+  for (int n = 0; n < 300; n++) {
+    ASSERT_EQ(record_crc32(s), bytewise(s)) << n;
+    s += static_cast<char>((n * 131 + 7) & 0xff);
+  }
+}
+
+// Escapes at the start, the end and side by side, in every field of a
+// record, come back as they went in.
+TEST(BillingTest, RecordFieldsKeepEveryByte) {
+  const std::vector<std::string> fields = {
+      "",       "\\", "\t", "a\\", "\\a", "\t\n\r\\", "plain", "tab\tin", std::string(1, '\0'),
+      "x\\\\y", "\n"};
+  RecordWriter w("v1");
+  for (const std::string& f : fields) w.add(f);
+  w.add(int64_t{-42});
+  auto r = RecordReader::parse(w.line());
+  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_EQ(r.value().size(), fields.size() + 2);
+  EXPECT_EQ(r.value().str(0), "v1");
+  for (size_t i = 0; i < fields.size(); i++) EXPECT_EQ(r.value().str(i + 1), fields[i]) << i;
+  int64_t n = 0;
+  EXPECT_TRUE(r.value().num(fields.size() + 1, &n));
+  EXPECT_EQ(n, -42);
+  EXPECT_FALSE(r.value().num(1, &n)) << "an empty field is no number";
 }
 
 TEST(BillingTest, SpoolRecordRoundTrip) {

@@ -279,7 +279,7 @@ Result<SpoolStored> store(const Spool& spool, uint64_t seq, FakeStore& db, size_
   PlancConfig cfg;
   return spool.store(
       seq, [&](Segment s) { return price_segment(cfg, s); },
-      [&](const std::vector<Bill>& b) { return db.write(b); }, batch);
+      [&](const BillBatch& b) { return db.write(b.bills); }, batch, "jobcomp");
 }
 
 TEST(SpoolTest, ReplayAfterACrashStoresEveryRecordOnce) {
