@@ -158,6 +158,36 @@ TEST(BillSchemaTest, CopyRowWritesWhatTheHandWrittenOneWrote) {
         << old_cols[i] << ": " << now[old_cols[i]] << " was " << old_row[i];
 }
 
+// A batch as the writer sends it: a key twice (a replayed spool file
+// beside its original) is sent once, the first kept; the hourly rows sum
+// the bills of one hour, account, user and tier into one row.
+TEST(BillSchemaTest, ABatchSendsEachKeyOnceAndSumsItsHours) {
+  Bill a = golden_bill();
+  a.seg.start_time = 1'800'000'000;  // 08:00:00, within one hour
+  a.seg.end_time = 1'800'000'600;
+  a.seg.suspended_seconds = 0;
+  a.card_micro_seconds = 600'000'000, a.core_seconds = 600, a.mem_mib_seconds = 1024 * 600;
+  a.amount_micros = 5'000'000;
+  Bill again = a;  // the same key
+  again.amount_micros = 7;
+  Bill b = a;  // another job in the same hour, same account, user, tier
+  b.seg.job_id = a.seg.job_id + 1;
+  Bill other = a;  // another tier
+  other.seg.job_id = a.seg.job_id + 2;
+  other.tier = "P3";
+  const BillBatch batch = bill_batch({a, again, b, other}, "jobcomp");
+  EXPECT_EQ(batch.unique, (std::vector<size_t>{0, 2, 3}));
+  EXPECT_EQ(batch.copy_rows, bill_copy_row(a, "jobcomp") + bill_copy_row(b, "jobcomp") +
+                                 bill_copy_row(other, "jobcomp"));
+  const std::vector<std::string> rows = split(batch.usage_rows, "\n");
+  ASSERT_EQ(rows.size(), 3u) << batch.usage_rows;  // two rows and the last newline's ""
+  EXPECT_EQ(rows[2], "");
+  const std::string key =
+      "2027-01-15 08:00:00+00\t" + a.seg.cluster + "\t" + a.seg.account + "\t" + a.seg.user + "\t";
+  EXPECT_EQ(rows[0], key + a.tier + "\t1200.000000\t1200\t1200.0000000000\t10000000\t2");
+  EXPECT_EQ(rows[1], key + "P3\t600.000000\t600\t600.0000000000\t5000000\t1");
+}
+
 // What PostgreSQL returns for bill_select_list()'s expressions: the
 // in-memory value as text, NULL as the null value.
 std::vector<std::string> select_values(const Bill& b) {
