@@ -449,11 +449,25 @@ void append_padded(std::string& out, int64_t v, int width) {
   out.append(buf, static_cast<size_t>(width));
 }
 
-// "W.FFF" of a non-negative fixed-point value with `places` decimals.
-void append_fixed(std::string& out, int64_t v, int64_t unit, int places) {
-  append_int(out, v / unit);
+// "W.FFF": a fixed-point value's whole part, then `frac` with `places`
+// digits, as printf's "%lld.%0*lld" writes them (a negative value, never a
+// bill's, through printf itself).
+void append_decimal(std::string& out, int64_t whole, int64_t frac, int places) {
+  if (whole < 0 || frac < 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%lld.%0*lld", static_cast<long long>(whole), places,
+                  static_cast<long long>(frac));
+    out += buf;
+    return;
+  }
+  append_int(out, whole);
   out += '.';
-  append_padded(out, v % unit, places);
+  append_padded(out, frac, places);
+}
+
+// A micro-unit quantity with 6 decimals (format_micros6's text).
+void append_micros6(std::string& out, int64_t micros) {
+  append_decimal(out, micros / 1'000'000, micros % 1'000'000, 6);
 }
 
 // A value as PostgreSQL reads it in COPY text or as a parameter (text
@@ -470,20 +484,10 @@ void append_sql_text(std::string& out, const BillColumn& c, const FieldValue& v)
       append_pg_timestamp(out, v.num());
       return;
     case K::kMicros:
-      if (v.num() >= 0)
-        append_fixed(out, v.num(), 1'000'000, 6);
-      else
-        out += format_micros6(v.num());
+      append_micros6(out, v.num());
       return;
     case K::kPermille:
-      if (v.num() >= 0) {
-        append_fixed(out, v.num(), 1000, 3);
-      } else {
-        char buf[48];
-        std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(v.num() / 1000),
-                      static_cast<long long>(v.num() % 1000));
-        out += buf;
-      }
+      append_decimal(out, v.num() / 1000, v.num() % 1000, 3);
       return;
     case K::kMibAsGib:
       append_gib_seconds(out, v.num());
@@ -591,16 +595,8 @@ std::string format_gib_seconds(int64_t mib_seconds) {
 }
 
 void append_gib_seconds(std::string& out, int64_t mib_seconds) {
-  if (mib_seconds >= 0) {  // exact: 1 MiB is 1/1024 GiB = 0.0009765625
-    append_int(out, mib_seconds / 1024);
-    out += '.';
-    append_padded(out, (mib_seconds % 1024) * 9'765'625LL, 10);
-    return;
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%lld.%010lld", static_cast<long long>(mib_seconds / 1024),
-                static_cast<long long>((mib_seconds % 1024) * 9765625LL));
-  out += buf;
+  // Exact: 1 MiB is 1/1024 GiB = 0.0009765625.
+  append_decimal(out, mib_seconds / 1024, (mib_seconds % 1024) * 9'765'625LL, 10);
 }
 
 std::string bill_copy_columns() {
@@ -683,7 +679,8 @@ std::string usage_copy_rows(const std::vector<const Bill*>& bills) {
     field(std::get<2>(k));
     field(std::get<3>(k));
     field(std::get<4>(k));
-    field(format_card_seconds(u.card_micro_seconds));
+    append_micros6(data, u.card_micro_seconds);  // format_card_seconds
+    data += '\t';
     append_int(data, u.core_seconds);
     data += '\t';
     append_gib_seconds(data, u.mem_mib_seconds);

@@ -169,7 +169,6 @@ Result<bool> BillStore::copy_in(const std::string& sql, const std::string& data)
 }
 
 Result<size_t> BillStore::write(const std::vector<Bill>& bills, const std::string& source) {
-  if (bills.empty()) return size_t{0};
   return write(bill_batch(bills, source));
 }
 

@@ -163,8 +163,8 @@ Result<SpoolStored> Spool::store(uint64_t seq, const PriceFn& price, const Write
   batch = std::max<size_t>(batch, 1);
   // The next batch is parsed, priced and made into COPY text on a thread
   // of its own while this one is written: the database's work and ours
-  // overlap.  Without a
-  // thread to spare (EAGAIN) it is done here, when its turn comes.
+  // overlap.  Without a thread to spare (EAGAIN) it is done here, when its
+  // turn comes.
   auto stage = [&](size_t from) {
     return std::async(std::launch::async | std::launch::deferred, price_lines, std::cref(lines),
                       from, std::min(lines.size(), from + batch), std::cref(price), source);
