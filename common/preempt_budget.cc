@@ -41,6 +41,13 @@ std::optional<uint32_t> PreemptBudget::remaining(time_t now,
   return allowed > u ? static_cast<uint32_t>(allowed - u) : 0;
 }
 
+bool PreemptBudget::reached(uint32_t percent, time_t now,
+                            std::optional<uint32_t> p3_running) const {
+  if (!enabled() || !p3_running) return false;
+  const uint64_t allowed = uint64_t{std::min(percent, percent_)} * *p3_running / 100;
+  return used(now) >= allowed;
+}
+
 void PreemptBudget::prune(time_t now) {
   while (!started_.empty() && !in_window(started_.front().first, now)) {
     started_.pop_front();

@@ -15,9 +15,12 @@
 //
 // Who spends it: a P2 preemptor may take a P3 victim only while the budget
 // lasts.  A guaranteed (P0/P1) preemptor's start is the SLA's and is never
-// refused: while the budget is spent it takes P2 victims (their grace fits
-// the 40 s) before P3 ones (victim_class_now()), and its P3 victims are
-// counted all the same.
+// refused: once the budget is half spent (P3PreemptSoftPercent) it takes P2
+// victims (their grace fits the 40 s) before P3 ones (victim_class_now()),
+// and its P3 victims are counted all the same.  Why half: a guaranteed job
+// with no P2 victim in reach takes P3 runs whatever the budget says, often
+// three or four at once, and on a cluster with a few dozen P3 runs that
+// alone is a 10% hour; the half left is the reserve for those.
 //
 // Pure and not thread-safe: preempt/planc guards it with its mutex.
 #ifndef PLANC_COMMON_PREEMPT_BUDGET_H_
@@ -60,6 +63,10 @@ class PreemptBudget {
   // running; nullopt when there is no limit (off, or the count unknown:
   // slurmctld/planc, which counts them, is not running or has not sampled).
   std::optional<uint32_t> remaining(time_t now, std::optional<uint32_t> p3_running) const;
+  // Whether the preemptions in the window have reached `percent` (at most
+  // the budget's) of `p3_running`: false with no budget or no count.  At
+  // the budget's own percent, the same as remaining() == 0.
+  bool reached(uint32_t percent, time_t now, std::optional<uint32_t> p3_running) const;
   // Drops what has left the window.
   void prune(time_t now);
   size_t size() const { return started_.size(); }

@@ -35,6 +35,10 @@ void show_config(Controller& c, config_plugin_params_t* p) {
                ? std::to_string(cfg.p3_preempt_max_percent) + "% of the P3 runs running, per " +
                      secs(cfg.p3_preempt_window_seconds)
                : "0 (no budget)");
+  if (cfg.p3_preempt_max_percent)
+    add_pair(p->key_pairs, "P3PreemptSoftPercent",
+             std::to_string(cfg.p3_soft_percent()) +
+                 "% (from there guaranteed jobs take P2 victims first)");
   const int64_t p3_running = c.p3_running.load();
   add_pair(p->key_pairs, "P3PreemptRunning",
            p3_running < 0 ? "not sampled yet" : std::to_string(p3_running));

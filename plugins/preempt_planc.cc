@@ -50,8 +50,8 @@ Plugin* g = nullptr;
 // preemptor's candidates in a row: the budget is worked out when the
 // preemptor changes (or the second does), and a P2 preemptor is offered at
 // most that many P3 victims.  A guaranteed preemptor is never refused (the
-// SLA's start); the rank puts its P3 candidates after P2 ones while the
-// budget is spent.  Under slurmctld's job lock.
+// SLA's start); the rank puts its P3 candidates after P2 ones once the
+// budget's soft share is spent.  Under slurmctld's job lock.
 bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
   if (preemptor != g->budget_preemptor || now != g->budget_at) {
     std::optional<uint32_t> left;
@@ -70,8 +70,8 @@ bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
 }
 
 // What the victim order knows of running `job` at `now`, but for its
-// nodes: its tier's class (P3 demoted below P2 while the P3 budget is
-// spent), its preemptions in the window, its run.  Under slurmctld's job
+// nodes: its tier's class (P3 demoted below P2 once the P3 budget's soft
+// share is spent), its preemptions in the window, its run.  Under slurmctld's job
 // lock.
 planc::VictimFacts victim_facts(job_record_t* job, time_t now) {
   const Policy& pol = policy(*g);

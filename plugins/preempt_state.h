@@ -159,7 +159,8 @@ void run_worker(Plugin* p);
 
 // The P3 budget's remaining count at `now` (nullopt: no limit).
 std::optional<uint32_t> budget_remaining(Plugin& p, time_t now) REQUIRES(p.mu);
-// The same, and sets p.budget_spent, which the victim rank reads.  Only
+// The same, and sets p.budget_spent (the budget's soft share reached,
+// P3PreemptSoftPercent), which the victim rank reads.  Only
 // with slurmctld's job lock held (preemptable(), GRACE_TIME), so the rank
 // never changes while Slurm sorts the candidates.
 std::optional<uint32_t> refresh_budget(Plugin& p, time_t now) REQUIRES(p.mu);

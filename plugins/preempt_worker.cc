@@ -478,20 +478,31 @@ void run_worker(Plugin* pp) {
 
 // --- Slurm's questions -------------------------------------------------------------
 
-std::optional<uint32_t> budget_remaining(Plugin& p, time_t now) {
-  if (!p.budget.enabled()) return std::nullopt;
-  std::optional<uint32_t> running;
+namespace {
+std::optional<uint32_t> p3_running_now(Plugin& p) {
   if (auto f = p.p3_running.load(std::memory_order_relaxed)) {
     const int64_t n = f();
-    if (n >= 0) running = static_cast<uint32_t>(n);
+    if (n >= 0) return static_cast<uint32_t>(n);
   }
-  return p.budget.remaining(now, running);
+  return std::nullopt;
+}
+}  // namespace
+
+std::optional<uint32_t> budget_remaining(Plugin& p, time_t now) {
+  if (!p.budget.enabled()) return std::nullopt;
+  return p.budget.remaining(now, p3_running_now(p));
 }
 
 std::optional<uint32_t> refresh_budget(Plugin& p, time_t now) {
-  auto left = budget_remaining(p, now);
-  p.budget_spent.store(left && *left == 0, std::memory_order_relaxed);
-  return left;
+  if (!p.budget.enabled()) {
+    p.budget_spent.store(false, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+  const auto running = p3_running_now(p);
+  // The victim rank puts P3 runs after P2 ones from the soft share on.
+  p.budget_spent.store(p.budget.reached(policy(p).config->p3_soft_percent(), now, running),
+                       std::memory_order_relaxed);
+  return p.budget.remaining(now, running);
 }
 
 uint32_t start_preemption(Plugin& p, job_record_t* job) {

@@ -276,10 +276,10 @@ int main(int argc, char** argv) {
         cfg.guaranteed_cap_qos.c_str(), cfg.preempt_max_count, cfg.preempt_window_seconds,
         cfg.grace_finished_exit_code < 0 ? "none"
                                          : std::to_string(cfg.grace_finished_exit_code).c_str());
-    std::printf("P3PreemptMaxPercent=%s P3PreemptWindow=%us\n",
+    std::printf("P3PreemptMaxPercent=%s P3PreemptSoftPercent=%u P3PreemptWindow=%us\n",
                 cfg.p3_preempt_max_percent ? std::to_string(cfg.p3_preempt_max_percent).c_str()
                                            : "0 (no budget)",
-                cfg.p3_preempt_window_seconds);
+                cfg.p3_soft_percent(), cfg.p3_preempt_window_seconds);
     std::printf("StarvationThreshold=%us StarvationInterval=%us StarvationMaxPerInterval=%u\n",
                 cfg.starvation_threshold_seconds, cfg.starvation_interval_seconds,
                 cfg.starvation_max_per_interval);

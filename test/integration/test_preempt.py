@@ -387,6 +387,34 @@ def test_spent_p3_budget_keeps_p2_off_p3_and_sends_p0_to_a_p2_victim(c):
         c.reload_planc_conf([])
 
 
+def test_past_the_soft_share_p0_takes_a_p2_victim_while_the_budget_lasts(c):
+    """P3PreemptMaxPercent=100 with three P3 runs running leaves P2 jobs
+    three P3 preemptions; P3PreemptSoftPercent=0 has guaranteed jobs take
+    P2 victims first all the same.  A P0 job takes the P2 run (its grace),
+    not a P3 one, which it takes first below the soft share
+    (test_p3_victim_goes_first_without_grace), and the budget still has
+    room.  The 1 s window keeps earlier tests' preemptions out of it."""
+    c.reload_planc_conf(["P3PreemptMaxPercent=100", "P3PreemptSoftPercent=0",
+                         "P3PreemptWindow=1s"])
+    try:
+        p2a, p3a, p3b, p3c = fill(c, ["p2", "p3", "p3", "p3"])
+        c.wait_for("slurmctld/planc to count the three P3 runs",
+                   lambda: p3_running_sampled(c) == 3, timeout=30)
+        from test_exporter import fresh_metrics
+        c.state_dir = os.path.join(c.dir, "state", "ctld")
+        m0 = fresh_metrics(c, "preempt")
+        assert m0[("planc_p3_preempt_budget_remaining", "")] == 3, m0
+        p0 = submit(c, "pcalice", "acct-lease", "p0", 8)
+        c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=90)
+        assert submit_to_start(c, p0) <= 40, c.show_job(p0)
+        assert first(c, p2a, "SIGTERM") is not None, "the P2 job was not the victim"
+        assert [c.state(j) for j in (p3a, p3b, p3c)] == ["RUNNING"] * 3
+        m = fresh_metrics(c, "preempt")
+        assert m[("planc_p3_preempt_budget_remaining", "")] == 3, m
+    finally:
+        c.reload_planc_conf([])
+
+
 def test_a_whole_node_p0_clears_the_nodes_with_the_fewest_victims(c):
     """A 16-GPU P0 job needs two whole nodes.  gpu1 holds eight 1-GPU P3
     runs, gpu2 and gpu3 one 8-GPU P3 run each, gpu4 a P1 job (never

@@ -36,6 +36,28 @@ TEST(PreemptBudgetTest, AllowsTheShareOfTheRunsRunningRoundedDown) {
   EXPECT_EQ(b.remaining(kT0 + 40, 60), 1u) << "more P3 runs, more budget";
 }
 
+TEST(PreemptBudgetTest, TheSoftShareIsReachedBeforeTheBudgetIsSpent) {
+  PreemptBudget b(10, 3600);
+  EXPECT_FALSE(b.reached(5, kT0, std::nullopt)) << "no count: nothing reached";
+  EXPECT_FALSE(PreemptBudget(0, 3600).reached(0, kT0, 50)) << "no budget: nothing reached";
+  EXPECT_TRUE(b.reached(5, kT0, 19)) << "5% of 19 runs is none: reached at once";
+  EXPECT_FALSE(b.reached(5, kT0, 43)) << "5% of 43 is 2, none used";
+  b.record(1, kT0);
+  EXPECT_FALSE(b.reached(5, kT0 + 1, 43));
+  b.record(2, kT0 + 2);
+  EXPECT_TRUE(b.reached(5, kT0 + 2, 43)) << "two of 2 used";
+  EXPECT_EQ(b.remaining(kT0 + 2, 43), 2u) << "while P2 jobs still have two";
+  EXPECT_FALSE(b.reached(10, kT0 + 2, 43));
+  EXPECT_FALSE(b.reached(50, kT0 + 2, 43)) << "never beyond the budget's own share";
+  EXPECT_TRUE(b.reached(0, kT0 + 2, 43)) << "0: always";
+  for (uint32_t run = 0; run <= 100; ++run)
+    for (uint32_t used = 0; used < 8; ++used) {
+      PreemptBudget u(10, 3600);
+      for (uint32_t i = 0; i < used; ++i) u.record(i + 1, kT0);
+      EXPECT_EQ(u.reached(10, kT0, run), u.remaining(kT0, run) == 0u) << run << " " << used;
+    }
+}
+
 TEST(PreemptBudgetTest, APreemptionLeavesTheWindowExactlyAtItsEnd) {
   PreemptBudget b(10, 3600);
   b.record(1, kT0);
@@ -183,6 +205,14 @@ TEST(PreemptBudgetTest, PlancConfKeys) {
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c.value().p3_preempt_max_percent, 10u);
   EXPECT_EQ(c.value().p3_preempt_window_seconds, 1800u);
+  EXPECT_EQ(c.value().p3_soft_percent(), 5u) << "half the budget unless set";
+  auto soft = parse_config("P3PreemptMaxPercent=10\nP3PreemptSoftPercent=0\n", "planc.conf");
+  ASSERT_TRUE(soft.ok()) << soft.error();
+  EXPECT_EQ(soft.value().p3_soft_percent(), 0u);
+  auto over = parse_config("P3PreemptMaxPercent=10\nP3PreemptSoftPercent=40\n", "planc.conf");
+  ASSERT_TRUE(over.ok()) << over.error();
+  EXPECT_EQ(over.value().p3_soft_percent(), 10u) << "at most the budget's";
+  EXPECT_EQ(parse_config("P3PreemptMaxPercent=7\n", "planc.conf").value().p3_soft_percent(), 3u);
   auto bad = parse_config("P3PreemptMaxPercent=110\n", "planc.conf");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().find("P3PreemptMaxPercent"), std::string::npos) << bad.error();
