@@ -90,9 +90,9 @@ Result<PreemptBudget> PreemptBudget::parse(std::string_view text, uint32_t perce
   return b;
 }
 
-uint8_t victim_class_now(uint8_t tier_class, bool counts_as_p3, bool budget_spent,
+uint8_t victim_class_now(uint8_t tier_class, bool counts_as_p3, bool soft_reached,
                          uint8_t p2_class) {
-  if (!counts_as_p3 || !budget_spent) return tier_class;
+  if (!counts_as_p3 || !soft_reached) return tier_class;
   return static_cast<uint8_t>(std::min<int>(std::max<int>(tier_class, p2_class + 1), 3));
 }
 

@@ -15,12 +15,13 @@
 //
 // Who spends it: a P2 preemptor may take a P3 victim only while the budget
 // lasts.  A guaranteed (P0/P1) preemptor's start is the SLA's and is never
-// refused: once the budget is half spent (P3PreemptSoftPercent) it takes P2
-// victims (their grace fits the 40 s) before P3 ones (victim_class_now()),
-// and its P3 victims are counted all the same.  Why half: a guaranteed job
-// with no P2 victim in reach takes P3 runs whatever the budget says, often
-// three or four at once, and on a cluster with a few dozen P3 runs that
-// alone is a 10% hour; the half left is the reserve for those.
+// refused: once the budget's soft share is spent (P3PreemptSoftPercent,
+// default half of it) it takes P2 victims (their grace fits the 40 s)
+// before P3 ones (victim_class_now()), and its P3 victims are counted all
+// the same.  Why a soft share: a guaranteed job with no P2 victim in reach
+// takes P3 runs whatever the budget says, often three or four at once, and
+// on a cluster with a few dozen P3 runs that alone is a 10% hour; the rest
+// of the budget is the reserve for those.
 //
 // Pure and not thread-safe: preempt/planc guards it with its mutex.
 #ifndef PLANC_COMMON_PREEMPT_BUDGET_H_
@@ -90,8 +91,9 @@ class PreemptBudget {
 
 // The victim class preempt/planc ranks a candidate by (common/preempt_policy.h
 // victim_rank): the tier's VictimClass, except that a P3-counted run is
-// taken after P2 ones (`p2_class` + 1, at most 3) while the budget is spent.
-uint8_t victim_class_now(uint8_t tier_class, bool counts_as_p3, bool budget_spent,
+// taken after P2 ones (`p2_class` + 1, at most 3) for a guaranteed
+// preemptor once the budget's soft share is reached (P3PreemptSoftPercent).
+uint8_t victim_class_now(uint8_t tier_class, bool counts_as_p3, bool soft_reached,
                          uint8_t p2_class);
 
 }  // namespace planc

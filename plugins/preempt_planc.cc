@@ -70,14 +70,16 @@ bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
 }
 
 // What the victim order knows of running `job` at `now`, but for its
-// nodes: its tier's class (P3 demoted below P2 once the P3 budget's soft
-// share is spent), its preemptions in the window, its run.  Under slurmctld's job
-// lock.
+// nodes: its tier's class (P3 demoted below P2 for a guaranteed preemptor
+// once the P3 budget's soft share is reached), its preemptions in the window, its run.  Under
+// slurmctld's job lock.
 planc::VictimFacts victim_facts(job_record_t* job, time_t now) {
   const Policy& pol = policy(*g);
   const Tier* t = planc::slurm::job_tier(pol.tiers, job);
   uint8_t victim_class = t ? t->victim_class : uint8_t{3};
-  if (t && pol.config->p3_preempt_max_percent && g->budget_spent.load(std::memory_order_relaxed))
+  if (t && pol.config->p3_preempt_max_percent &&
+      !pol.config->tiers.tier(g->last_preemptor_tier).preemptible &&
+      g->p3_soft_reached.load(std::memory_order_relaxed))
     victim_class = planc::victim_class_now(victim_class,
                                            planc::slurm::counted_tier_of(job, t->id) == TierId::kP3,
                                            true, pol.config->tiers.tier(TierId::kP2).victim_class);
@@ -222,7 +224,12 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
       planc::MutexLock l(g->mu);
       if (g->tracker.capped(preemptee->job_id, now)) return false;
     }
-    if (pol.config->p3_preempt_max_percent &&
+    // Slurm asks about every job of its list, pending and finished ones
+    // too (src/slurmctld/preempt.c _add_preemptable_job tests the running
+    // overlap after asking): only a running one may spend the budget, or
+    // each finished P3 job still in the list (MinJobAge) would take a
+    // share of it and P2 jobs would hardly ever get one.
+    if (pol.config->p3_preempt_max_percent && IS_JOB_RUNNING(preemptee) &&
         planc::slurm::counted_tier_of(preemptee, ee->id) == TierId::kP3 &&
         !within_p3_budget(preemptor->job_id, er->preemptible, now))
       return false;

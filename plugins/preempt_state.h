@@ -120,13 +120,14 @@ struct Plugin {
   std::atomic<planc_p3_running_fn> p3_running{nullptr};
   // The budget as the hot paths read it (only under slurmctld's job lock):
   // the preemptor it was last worked out for, the P3 victims that
-  // preemptor may still be offered, and whether it is spent (victim rank).
+  // preemptor may still be offered, and whether its soft share is reached
+  // (the victim rank of a guaranteed preemptor's candidates).
   // Worked out again for each new preemptor, each second and each
   // preemption it counts.
   uint32_t budget_preemptor = 0;
   time_t budget_at = 0;
   uint32_t budget_left = 0;
-  std::atomic<bool> budget_spent{false};
+  std::atomic<bool> p3_soft_reached{false};
   planc::TierId last_preemptor_tier = planc::TierId::kP0;
   // The candidates per node of the preemptor being looked at, for one that
   // needs whole nodes or GPUs on a node (victim rank).  Only under
@@ -159,7 +160,7 @@ void run_worker(Plugin* p);
 
 // The P3 budget's remaining count at `now` (nullopt: no limit).
 std::optional<uint32_t> budget_remaining(Plugin& p, time_t now) REQUIRES(p.mu);
-// The same, and sets p.budget_spent (the budget's soft share reached,
+// The same, and sets p.p3_soft_reached (the budget's soft share reached,
 // P3PreemptSoftPercent), which the victim rank reads.  Only
 // with slurmctld's job lock held (preemptable(), GRACE_TIME), so the rank
 // never changes while Slurm sorts the candidates.

@@ -495,13 +495,13 @@ std::optional<uint32_t> budget_remaining(Plugin& p, time_t now) {
 
 std::optional<uint32_t> refresh_budget(Plugin& p, time_t now) {
   if (!p.budget.enabled()) {
-    p.budget_spent.store(false, std::memory_order_relaxed);
+    p.p3_soft_reached.store(false, std::memory_order_relaxed);
     return std::nullopt;
   }
   const auto running = p3_running_now(p);
   // The victim rank puts P3 runs after P2 ones from the soft share on.
-  p.budget_spent.store(p.budget.reached(policy(p).config->p3_soft_percent(), now, running),
-                       std::memory_order_relaxed);
+  p.p3_soft_reached.store(p.budget.reached(policy(p).config->p3_soft_percent(), now, running),
+                          std::memory_order_relaxed);
   return p.budget.remaining(now, running);
 }
 
@@ -574,7 +574,7 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
     p.preemptions_started[planc::tier_index(victim->id)]++;
     if (counts_p3) {
       p.budget.record(job->job_id, e.when);
-      refresh_budget(p, e.when);  // the victim rank sees it spent at once
+      refresh_budget(p, e.when);  // the victim rank sees it at once
     }
     p.in_ledger.add(job->job_id);
     if (kill) p.kill_orders[job->job_id] = std::move(*kill);

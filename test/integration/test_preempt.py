@@ -392,11 +392,16 @@ def test_past_the_soft_share_p0_takes_a_p2_victim_while_the_budget_lasts(c):
     three P3 preemptions; P3PreemptSoftPercent=0 has guaranteed jobs take
     P2 victims first all the same.  A P0 job takes the P2 run (its grace),
     not a P3 one, which it takes first below the soft share
-    (test_p3_victim_goes_first_without_grace), and the budget still has
-    room.  The 1 s window keeps earlier tests' preemptions out of it."""
+    (test_p3_victim_goes_first_without_grace); the P2 job, requeued, then
+    spends the budget that is left on a P3 run.  The 1 s window keeps
+    earlier tests' preemptions out of it."""
     c.reload_planc_conf(["P3PreemptMaxPercent=100", "P3PreemptSoftPercent=0",
                          "P3PreemptWindow=1s"])
     try:
+        # Finished P3 jobs stay in slurmctld's job list (MinJobAge) and
+        # Slurm asks about them too: they must spend none of the budget.
+        gone = [submit(c, "pcbob", "acct-spot", "p3", 1, "--hold") for _ in range(6)]
+        c.run("scancel", *gone, check=True)
         p2a, p3a, p3b, p3c = fill(c, ["p2", "p3", "p3", "p3"])
         c.wait_for("slurmctld/planc to count the three P3 runs",
                    lambda: p3_running_sampled(c) == 3, timeout=30)
@@ -404,13 +409,22 @@ def test_past_the_soft_share_p0_takes_a_p2_victim_while_the_budget_lasts(c):
         c.state_dir = os.path.join(c.dir, "state", "ctld")
         m0 = fresh_metrics(c, "preempt")
         assert m0[("planc_p3_preempt_budget_remaining", "")] == 3, m0
+        out = c.run("scontrol", "show", "config", check=True).stdout
+        assert re.search(r"^P3PreemptSoftPercent\s+= 0% ", out, re.M), out
+        log = c.log_offset()
         p0 = submit(c, "pcalice", "acct-lease", "p0", 8)
         c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=90)
         assert submit_to_start(c, p0) <= 40, c.show_job(p0)
+        victims = re.findall(rf"preempt/planc: JobId=(\d+) \((P\d)\) preempted by JobId={p0} ",
+                             c.log_since(log))
+        assert victims == [(str(p2a), "P2")], victims
         assert first(c, p2a, "SIGTERM") is not None, "the P2 job was not the victim"
-        assert [c.state(j) for j in (p3a, p3b, p3c)] == ["RUNNING"] * 3
-        m = fresh_metrics(c, "preempt")
-        assert m[("planc_p3_preempt_budget_remaining", "")] == 3, m
+        # The requeued P2 job may still take a P3 run: the budget has room.
+        c.wait_for("the requeued P2 job to run again", lambda: running(c, p2a), timeout=90)
+        taken = re.findall(rf"preempt/planc: JobId=(\d+) \((P\d)\) preempted by JobId={p2a} ",
+                           c.log_since(log))
+        assert len(taken) == 1 and taken[0][1] == "P3", taken
+        assert taken[0][0] in {str(j) for j in (p3a, p3b, p3c)}, taken
     finally:
         c.reload_planc_conf([])
 

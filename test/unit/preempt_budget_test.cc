@@ -213,6 +213,9 @@ TEST(PreemptBudgetTest, PlancConfKeys) {
   ASSERT_TRUE(over.ok()) << over.error();
   EXPECT_EQ(over.value().p3_soft_percent(), 10u) << "at most the budget's";
   EXPECT_EQ(parse_config("P3PreemptMaxPercent=7\n", "planc.conf").value().p3_soft_percent(), 3u);
+  auto bad_soft = parse_config("P3PreemptMaxPercent=10\nP3PreemptSoftPercent=101\n", "planc.conf");
+  ASSERT_FALSE(bad_soft.ok());
+  EXPECT_NE(bad_soft.error().find("P3PreemptSoftPercent"), std::string::npos) << bad_soft.error();
   auto bad = parse_config("P3PreemptMaxPercent=110\n", "planc.conf");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().find("P3PreemptMaxPercent"), std::string::npos) << bad.error();
