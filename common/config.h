@@ -129,15 +129,12 @@ struct PlancConfig {
   uint32_t p3_preempt_max_percent = 0;
   uint32_t p3_preempt_window_seconds = 3600;
   // From this share on (percent, at most the budget's), a guaranteed
-  // preemptor takes P2 victims before P3 ones: the budget keeps a reserve
-  // for the guaranteed jobs that have no P2 victim to take.  kHalfOfBudget:
-  // half of p3_preempt_max_percent (rounded down).
-  static constexpr uint32_t kHalfOfBudget = UINT32_MAX;
-  uint32_t p3_preempt_soft_percent = kHalfOfBudget;
+  // preemptor takes P2 victims before P3 ones, keeping the rest of the
+  // budget for guaranteed jobs with no P2 victim in reach.  By default
+  // the budget's own share: P2 first only once it is spent.
+  uint32_t p3_preempt_soft_percent = 100;
   uint32_t p3_soft_percent() const {
-    return p3_preempt_soft_percent == kHalfOfBudget
-               ? p3_preempt_max_percent / 2
-               : std::min(p3_preempt_soft_percent, p3_preempt_max_percent);
+    return std::min(p3_preempt_soft_percent, p3_preempt_max_percent);
   }
   // A victim that exits with this code during its grace says it finished
   // its real work: it stays COMPLETED and is billed, not requeued.  Any

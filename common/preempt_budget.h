@@ -15,13 +15,13 @@
 //
 // Who spends it: a P2 preemptor may take a P3 victim only while the budget
 // lasts.  A guaranteed (P0/P1) preemptor's start is the SLA's and is never
-// refused: once the budget's soft share is spent (P3PreemptSoftPercent,
-// default half of it) it takes P2 victims (their grace fits the 40 s)
+// refused: once the budget is spent (or a smaller soft share of it,
+// P3PreemptSoftPercent) it takes P2 victims (their grace fits the 40 s)
 // before P3 ones (victim_class_now()), and its P3 victims are counted all
-// the same.  Why a soft share: a guaranteed job with no P2 victim in reach
-// takes P3 runs whatever the budget says, often three or four at once, and
-// on a cluster with a few dozen P3 runs that alone is a 10% hour; the rest
-// of the budget is the reserve for those.
+// the same.  The soft share would keep a reserve for guaranteed jobs with
+// no P2 victim in reach; on the steady-state replay half the budget did
+// not lower the worst P3 hour and lost more P2 work (docs/design.md), so
+// it is off by default.
 //
 // Pure and not thread-safe: preempt/planc guards it with its mutex.
 #ifndef PLANC_COMMON_PREEMPT_BUDGET_H_

@@ -205,14 +205,16 @@ TEST(PreemptBudgetTest, PlancConfKeys) {
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c.value().p3_preempt_max_percent, 10u);
   EXPECT_EQ(c.value().p3_preempt_window_seconds, 1800u);
-  EXPECT_EQ(c.value().p3_soft_percent(), 5u) << "half the budget unless set";
+  EXPECT_EQ(c.value().p3_soft_percent(), 10u) << "the budget's own share unless set";
   auto soft = parse_config("P3PreemptMaxPercent=10\nP3PreemptSoftPercent=0\n", "planc.conf");
   ASSERT_TRUE(soft.ok()) << soft.error();
   EXPECT_EQ(soft.value().p3_soft_percent(), 0u);
   auto over = parse_config("P3PreemptMaxPercent=10\nP3PreemptSoftPercent=40\n", "planc.conf");
   ASSERT_TRUE(over.ok()) << over.error();
   EXPECT_EQ(over.value().p3_soft_percent(), 10u) << "at most the budget's";
-  EXPECT_EQ(parse_config("P3PreemptMaxPercent=7\n", "planc.conf").value().p3_soft_percent(), 3u);
+  auto half = parse_config("P3PreemptMaxPercent=10\nP3PreemptSoftPercent=5\n", "planc.conf");
+  ASSERT_TRUE(half.ok()) << half.error();
+  EXPECT_EQ(half.value().p3_soft_percent(), 5u);
   auto bad_soft = parse_config("P3PreemptMaxPercent=10\nP3PreemptSoftPercent=101\n", "planc.conf");
   ASSERT_FALSE(bad_soft.ok());
   EXPECT_NE(bad_soft.error().find("P3PreemptSoftPercent"), std::string::npos) << bad_soft.error();
