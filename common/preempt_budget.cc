@@ -36,7 +36,7 @@ uint32_t PreemptBudget::used(time_t now) const {
 std::optional<uint32_t> PreemptBudget::remaining(time_t now,
                                                  std::optional<uint32_t> p3_running) const {
   if (!enabled() || !p3_running) return std::nullopt;
-  const uint64_t allowed = uint64_t{percent_} * *p3_running / 100;
+  const uint64_t allowed = share(percent_, *p3_running);
   const uint32_t u = used(now);
   return allowed > u ? static_cast<uint32_t>(allowed - u) : 0;
 }
@@ -44,8 +44,7 @@ std::optional<uint32_t> PreemptBudget::remaining(time_t now,
 bool PreemptBudget::reached(uint32_t percent, time_t now,
                             std::optional<uint32_t> p3_running) const {
   if (!enabled() || !p3_running) return false;
-  const uint64_t allowed = uint64_t{std::min(percent, percent_)} * *p3_running / 100;
-  return used(now) >= allowed;
+  return used(now) >= share(std::min(percent, percent_), *p3_running);
 }
 
 void PreemptBudget::prune(time_t now) {

@@ -83,6 +83,10 @@ class PreemptBudget {
 
  private:
   bool in_window(time_t t, time_t now) const { return counts_in_window(t, now, window_); }
+  // `percent` of `p3_running`, rounded down: the preemptions it allows.
+  static uint64_t share(uint32_t percent, uint32_t p3_running) {
+    return uint64_t{percent} * p3_running / 100;
+  }
   uint32_t percent_;
   uint32_t window_;
   std::deque<std::pair<time_t, uint32_t>> started_;  // (when, job id), oldest first

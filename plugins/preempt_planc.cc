@@ -71,8 +71,8 @@ bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
 
 // What the victim order knows of running `job` at `now`, but for its
 // nodes: its tier's class (P3 demoted below P2 for a guaranteed preemptor
-// once the P3 budget's soft share is reached), its preemptions in the window, its run.  Under
-// slurmctld's job lock.
+// once the P3 budget's soft share is reached), its preemptions in the
+// window, its run.  Under slurmctld's job lock.
 planc::VictimFacts victim_facts(job_record_t* job, time_t now) {
   const Policy& pol = policy(*g);
   const Tier* t = planc::slurm::job_tier(pol.tiers, job);
