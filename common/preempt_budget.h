@@ -14,8 +14,15 @@
 // boundaries.  The window is a sliding one for the same reason.
 //
 // Who spends it: a P2 preemptor may take a P3 victim only while the budget
-// lasts.  A guaranteed (P0/P1) preemptor's start is the SLA's and is never
-// refused: once the budget is spent (or a smaller soft share of it,
+// lasts, and only where the victims it needs fit in what is left
+// (p3_budget_covers below): Slurm offers it every running P3 run while
+// any of the budget is left, ranks them by the node they free
+// (NodeCrowding), and it takes those of a node that frees its GPUs with no
+// more preemptions than remain.  (Offering only the first N P3 runs of
+// slurmctld's job list, N the budget left, gave a P2 job arbitrary
+// candidates that seldom freed a node: with one preemption left it
+// waited beside a node held by one P3 run.)  A guaranteed (P0/P1) preemptor's start is the SLA's
+// and is never refused: once the budget is spent (or a smaller soft share of it,
 // P3PreemptSoftPercent) it takes P2 victims (their grace fits the 40 s)
 // before P3 ones (victim_class_now()), and its P3 victims are counted all
 // the same.  The soft share would keep a reserve for guaranteed jobs with
@@ -97,6 +104,14 @@ class PreemptBudget {
 // victim_rank): the tier's VictimClass, except that a P3-counted run is
 // taken after P2 ones (`p2_class` + 1, at most 3) for a guaranteed
 // preemptor once the budget's soft share is reached (P3PreemptSoftPercent).
+// Whether a P2 preemptor with `left` P3 preemptions left may take a P3
+// candidate when `runs_per_node` runs must go on each of the `nodes` nodes
+// it needs (the count NodeCrowding works out for the candidate's best
+// node): the most it may take is runs_per_node x nodes.
+inline bool p3_budget_covers(uint32_t runs_per_node, uint32_t nodes, uint32_t left) {
+  return uint64_t{runs_per_node} * (nodes ? nodes : 1) <= left;
+}
+
 uint8_t victim_class_now(uint8_t tier_class, bool counts_as_p3, bool soft_reached,
                          uint8_t p2_class);
 

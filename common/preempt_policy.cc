@@ -180,9 +180,9 @@ void NodeCrowding::add(uint32_t node, uint32_t job, uint32_t gpus,
   worked_out_ = false;
 }
 
-void NodeCrowding::mark(uint32_t job, uint32_t count) {
-  auto [v, first] = victims_.try_emplace(job, count);
-  if (!first) v->second = std::min(v->second, count);
+void NodeCrowding::mark(uint32_t job, uint32_t count, uint32_t runs) {
+  auto [v, first] = victims_.try_emplace(job, Mark{count, runs});
+  if (!first && count < v->second.rank) v->second = Mark{count, runs};
 }
 
 void NodeCrowding::work_out() {
@@ -193,7 +193,7 @@ void NodeCrowding::work_out() {
     const uint32_t base = uint64_t{n.free_gpus} + n.held_gpus < n.total ? 0 : kClear;
     if (n.free_gpus >= ask_.gpus) {
       // Not the GPUs: any candidate may be what frees the node.
-      for (const Held& h : n.held) mark(h.job, base + 1);
+      for (const Held& h : n.held) mark(h.job, base + 1, 1);
       continue;
     }
     std::vector<Held>& held = n.held;
@@ -237,7 +237,7 @@ void NodeCrowding::work_out() {
     }
     const uint32_t count = static_cast<uint32_t>(std::min<size_t>(base + k, kNotNeeded - 1));
     for (size_t i = 0; i < held.size(); ++i)
-      if (taken[i]) mark(held[i].job, count);
+      if (taken[i]) mark(held[i].job, count, static_cast<uint32_t>(k));
   }
   worked_out_ = true;
 }
@@ -246,7 +246,15 @@ uint32_t NodeCrowding::fewest_victims(uint32_t job) {
   if (!gpus_on_a_node()) return 0;
   if (!worked_out_) work_out();
   auto it = victims_.find(job);
-  return it == victims_.end() ? kNotNeeded : it->second;
+  return it == victims_.end() ? kNotNeeded : it->second.rank;
+}
+
+std::optional<uint32_t> NodeCrowding::runs_to_free(uint32_t job) {
+  if (!gpus_on_a_node()) return std::nullopt;
+  if (!worked_out_) work_out();
+  auto it = victims_.find(job);
+  if (it == victims_.end()) return std::nullopt;
+  return it->second.runs;
 }
 
 bool Entitlement::allows(const Tier& t) const {

@@ -223,6 +223,12 @@ class NodeCrowding {
   // when not counting.  Worked out at the first call after
   // the round's last add().
   uint32_t fewest_victims(uint32_t job);
+  // GPUs on a node: how many runs must go for the preemptor's GPUs on the
+  // best node `job` is on (fewest_victims() without the kClear mark);
+  // nullopt when `job` is not among them or nothing is counted.
+  std::optional<uint32_t> runs_to_free(uint32_t job);
+  // The preemptor of the latest round.
+  uint32_t preemptor() const { return preemptor_; }
 
  private:
   struct Held {
@@ -238,16 +244,23 @@ class NodeCrowding {
     std::vector<Held> held;
   };
   void work_out();
-  void mark(uint32_t job, uint32_t count);
+  // `job` is one of `runs` runs that free a node; `count`: the rank key
+  // (runs, plus kClear on a node of candidates only).  The node of the
+  // lowest key is kept.
+  void mark(uint32_t job, uint32_t count, uint32_t runs);
 
   uint32_t preemptor_ = 0;
   uint32_t first_ = 0;  // the round's first candidate
   Ask ask_;
   bool open_ = false;
   std::vector<uint16_t> per_node_;
-  std::vector<uint32_t> touched_;         // nodes counted this round (a cheap reset)
-  std::map<uint32_t, NodeHeld> held_;     // GPUs on a node: per node
-  std::map<uint32_t, uint32_t> victims_;  // ... per candidate, worked out
+  std::vector<uint32_t> touched_;      // nodes counted this round (a cheap reset)
+  std::map<uint32_t, NodeHeld> held_;  // GPUs on a node: per node
+  struct Mark {
+    uint32_t rank;
+    uint32_t runs;
+  };
+  std::map<uint32_t, Mark> victims_;  // ... per candidate, worked out
   bool worked_out_ = false;
 };
 

@@ -45,28 +45,69 @@ constexpr const char* kStateFile = "planc_preempt_state";
 
 Plugin* g = nullptr;
 
-// The P3 preemption budget (common/preempt_budget.h) for a P3-counted
-// candidate of `preemptor`.  Slurm asks preemptable() about one
-// preemptor's candidates in a row: the budget is worked out when the
-// preemptor changes (or the second does), and a P2 preemptor is offered at
-// most that many P3 victims.  A guaranteed preemptor is never refused (the
-// SLA's start); the rank puts its P3 candidates after P2 ones once the
-// budget's soft share is spent.  Under slurmctld's job lock.
-bool within_p3_budget(uint32_t preemptor, bool preemptor_spot, time_t now) {
-  if (preemptor != g->budget_preemptor || now != g->budget_at) {
+// The P3 preemption budget (common/preempt_budget.h) for running
+// P3-counted `candidate` of `preemptor`.  Slurm asks preemptable() about
+// one preemptor's candidates in a row: the budget is worked out when the
+// preemptor changes (or the second does, or a preemption was counted).
+// A P2 preemptor is offered none once it is spent; otherwise, when it
+// needs whole nodes or GPUs on a node, every one (which of them may go is
+// answered at PREEMPT_DATA_MODE, p3_budget_refuses()), else the first that
+// many.  A guaranteed preemptor is never refused (the SLA's start); the
+// rank puts its P3 candidates after P2 ones once the budget's soft share
+// is spent.  Under slurmctld's job lock.
+bool within_p3_budget(job_record_t* preemptor, bool preemptor_spot, uint32_t candidate,
+                      time_t now) {
+  if (preemptor->job_id != g->budget_preemptor || now != g->budget_at) {
     std::optional<uint32_t> left;
     {
       planc::MutexLock l(g->mu);
       left = planc::preempt::refresh_budget(*g, now);
     }
-    g->budget_preemptor = preemptor;
+    // The same preemptor in the next second keeps the candidates it was
+    // offered (one pass over a long job list may take more than a second).
+    if (preemptor->job_id != g->budget_preemptor) g->budget_offered.clear();
+    g->budget_preemptor = preemptor->job_id;
     g->budget_at = now;
     g->budget_left = left ? *left : UINT32_MAX;
+    g->budget_by_node = preemptor_spot && left && *left &&
+                        (planc::slurm::needs_whole_nodes(preemptor) ||
+                         planc::slurm::gpus_per_node_asked(preemptor));
+    g->budget_nodes = planc::slurm::nodes_asked(preemptor);
   }
   if (!preemptor_spot) return true;
   if (!g->budget_left) return false;
-  if (g->budget_left != UINT32_MAX) g->budget_left--;
+  if (g->budget_left == UINT32_MAX) return true;
+  if (g->budget_by_node) {
+    g->budget_offered.insert(candidate);
+    return true;
+  }
+  g->budget_left--;
   return true;
+}
+
+// Whether the P3 budget keeps running `job` from going for the P2
+// preemptor being looked at: it was offered under the limit
+// (within_p3_budget), is not in its grace yet, and the node it would free
+// needs more runs to go than the budget has left.  Slurm (select/cons_tres)
+// asks each candidate's mode before it takes it away, in the victim order,
+// and again for the ones it preempts: the answer stays the same until the
+// next preemptor, the next second or a counted preemption (after which
+// every answer is yes: the rest of that preemptor's victims were already
+// chosen).  Under slurmctld's job lock.
+bool p3_budget_refuses(job_record_t* job) {
+  if (!g->budget_by_node || !g->budget_preemptor || job->preempt_time ||
+      g->crowding.preemptor() != g->budget_preemptor || !g->budget_offered.count(job->job_id))
+    return false;
+  std::optional<uint32_t> runs;
+  if (g->crowding.whole_nodes()) {
+    uint32_t most = 0;
+    planc::slurm::for_each_node(
+        job, [&most](uint32_t n) { most = std::max(most, g->crowding.on_node(n)); });
+    runs = most;
+  } else {
+    runs = g->crowding.runs_to_free(job->job_id);
+  }
+  return !runs || !planc::p3_budget_covers(*runs, g->budget_nodes, g->budget_left);
 }
 
 // What the victim order knows of running `job` at `now`, but for its
@@ -231,7 +272,7 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
     // share of it and P2 jobs would hardly ever get one.
     if (pol.config->p3_preempt_max_percent && IS_JOB_RUNNING(preemptee) &&
         planc::slurm::counted_tier_of(preemptee, ee->id) == TierId::kP3 &&
-        !within_p3_budget(preemptor->job_id, er->preemptible, now))
+        !within_p3_budget(preemptor, er->preemptible, preemptee->job_id, now))
       return false;
     note_candidate(preemptor, preemptee);
     return true;
@@ -256,7 +297,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         g->crowding.close();
         const Tier* t = planc::slurm::job_tier(policy(*g).tiers, job_ptr);
         uint16_t mode = PREEMPT_MODE_OFF;
-        if (t && t->preemptible)
+        if (t && t->preemptible && !p3_budget_refuses(job_ptr))
           mode = planc::slurm::requeues(job_ptr) ? PREEMPT_MODE_REQUEUE : PREEMPT_MODE_CANCEL;
         else if (t && t->id == TierId::kP1 && planc::slurm::infused_mark_of(job_ptr))
           mode = PREEMPT_MODE_CANCEL;  // a reclaimed replica: the pool grows again when idle

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "common/preempt_budget.h"
@@ -119,14 +120,22 @@ struct Plugin {
   std::atomic<planc_market_notice_fn> market_notice{nullptr};
   std::atomic<planc_p3_running_fn> p3_running{nullptr};
   // The budget as the hot paths read it (only under slurmctld's job lock):
-  // the preemptor it was last worked out for, the P3 victims that
-  // preemptor may still be offered, and whether its soft share is reached
-  // (the victim rank of a guaranteed preemptor's candidates).
-  // Worked out again for each new preemptor, each second and each
-  // preemption it counts.
+  // the preemptor it was last worked out for (0: none, worked out again at
+  // the next ask), the P3 preemptions left to it (UINT32_MAX: no limit),
+  // and whether its soft share is reached (the victim rank of a
+  // guaranteed preemptor's candidates).  Worked out again for each new
+  // preemptor, each second and after each preemption it counts.
   uint32_t budget_preemptor = 0;
   time_t budget_at = 0;
   uint32_t budget_left = 0;
+  // For a P2 preemptor that needs whole nodes or GPUs on a node: its
+  // nodes, and the P3 candidates it was offered under the limit; whether
+  // each may go is decided at PREEMPT_DATA_MODE, by how many runs its best
+  // node needs to go (p3_budget_covers).  Otherwise budget_by_node is
+  // false and the first budget_left P3 candidates are offered.
+  bool budget_by_node = false;
+  uint32_t budget_nodes = 1;
+  std::unordered_set<uint32_t> budget_offered;
   std::atomic<bool> p3_soft_reached{false};
   planc::TierId last_preemptor_tier = planc::TierId::kP0;
   // The candidates per node of the preemptor being looked at, for one that

@@ -576,6 +576,10 @@ uint32_t start_preemption(Plugin& p, job_record_t* job) {
       p.budget.record(job->job_id, e.when);
       refresh_budget(p, e.when);  // the victim rank sees it at once
     }
+    // The next preemptable() works the preemptor's budget out again; the
+    // other victims of this preemption keep the answer they were given
+    // (p3_budget_refuses() answers only within a round).
+    if (counts_p3) p.budget_preemptor = 0;
     p.in_ledger.add(job->job_id);
     if (kill) p.kill_orders[job->job_id] = std::move(*kill);
     wake = e.grace_seconds || p.worker_idle || fallback;

@@ -247,6 +247,11 @@ bool needs_whole_nodes(const job_record_t* job) {
   return largest && asked >= largest;
 }
 
+uint32_t nodes_asked(const job_record_t* job) {
+  if (!job || !job->details || !job->details->min_nodes) return 1;
+  return job->details->min_nodes;
+}
+
 void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>& fn) {
   if (!job || !job->node_bitmap) return;
   const int last = bit_fls(job->node_bitmap);

@@ -429,6 +429,43 @@ def test_past_the_soft_share_p0_takes_a_p2_victim_while_the_budget_lasts(c):
         c.reload_planc_conf([])
 
 
+def test_a_p2_job_under_the_p3_budget_takes_the_run_that_frees_a_node(c):
+    """P3PreemptMaxPercent=20 with nine P3 runs running leaves P2 jobs one
+    P3 preemption.  gpu1 holds eight 1-GPU P3 runs, submitted first (so
+    first in slurmctld's job list, the order it offers candidates in),
+    gpu2 one 8-GPU P3 run, gpu3 and gpu4 P1 jobs.  An 8-GPU P2 job takes
+    the run on gpu2: the one preemption the budget leaves is spent where it
+    frees the GPUs, not refused because an early candidate cannot."""
+    c.reload_planc_conf(["P3PreemptMaxPercent=20", "P3PreemptWindow=1s"])
+    try:
+        guaranteed = [submit(c, "pccarol", "acct-api", "p1", 8, "-w", n)
+                      for n in ("gpu3", "gpu4")]
+        small = [submit(c, "pcbob", "acct-spot", "p3", 1, "-w", "gpu1") for _ in range(8)]
+        c.wait_for("the small runs to run", lambda: all(running(c, j) for j in small),
+                   timeout=60)
+        big = submit(c, "pcbob", "acct-spot", "p3", 8, "-w", "gpu2")
+        c.wait_for("the 8-GPU jobs to run",
+                   lambda: all(running(c, j) for j in guaranteed + [big]), timeout=60)
+        c.wait_for("slurmctld/planc to count the nine P3 runs",
+                   lambda: p3_running_sampled(c) == 9, timeout=30)
+        from test_exporter import fresh_metrics
+        c.state_dir = os.path.join(c.dir, "state", "ctld")
+        m0 = fresh_metrics(c, "preempt")
+        assert m0[("planc_p3_preempt_budget_remaining", "")] == 1, m0
+        log = c.log_offset()
+        p2 = submit(c, "pcbob", "acct-spot", "p2", 8)
+        c.wait_for("the P2 job to run", lambda: running(c, p2), timeout=90)
+        victims = re.findall(rf"preempt/planc: JobId=(\d+) \((P\d)\) preempted by JobId={p2} ",
+                             c.log_since(log))
+        states = {j: c.state(j) for j in small}
+        print(f"\nP2 under a budget of one: on {c.show_job(p2)['NodeList']}, victims {victims}")
+        assert c.show_job(p2)["NodeList"] == "gpu2"
+        assert victims == [(str(big), "P3")], victims
+        assert all(s == "RUNNING" for s in states.values()), states
+    finally:
+        c.reload_planc_conf([])
+
+
 def test_a_whole_node_p0_clears_the_nodes_with_the_fewest_victims(c):
     """A 16-GPU P0 job needs two whole nodes.  gpu1 holds eight 1-GPU P3
     runs, gpu2 and gpu3 one 8-GPU P3 run each, gpu4 a P1 job (never

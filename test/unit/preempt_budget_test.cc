@@ -58,6 +58,19 @@ TEST(PreemptBudgetTest, TheSoftShareIsReachedBeforeTheBudgetIsSpent) {
     }
 }
 
+// A P2 preemptor takes a P3 candidate only when the runs its nodes need
+// to go fit in what is left, on every node it needs.
+TEST(PreemptBudgetTest, AP2PreemptorTakesOnlyWhatTheBudgetCovers) {
+  EXPECT_TRUE(p3_budget_covers(1, 1, 1));
+  EXPECT_FALSE(p3_budget_covers(2, 1, 1));
+  EXPECT_FALSE(p3_budget_covers(1, 2, 1));
+  EXPECT_TRUE(p3_budget_covers(2, 2, 4));
+  EXPECT_FALSE(p3_budget_covers(3, 2, 5));
+  EXPECT_TRUE(p3_budget_covers(0, 1, 0));  // a node that needs no run to go
+  EXPECT_TRUE(p3_budget_covers(1, 0, 1));  // no node count: one node
+  EXPECT_FALSE(p3_budget_covers(UINT32_MAX, UINT32_MAX, UINT32_MAX));  // no overflow
+}
+
 TEST(PreemptBudgetTest, APreemptionLeavesTheWindowExactlyAtItsEnd) {
   PreemptBudget b(10, 3600);
   b.record(1, kT0);

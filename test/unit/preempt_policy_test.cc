@@ -518,6 +518,12 @@ TEST(VictimOrderTest, PartNodePreemptorsTakeTheFewestRunsOfOneNode) {
   EXPECT_EQ(c.fewest_victims(52), NodeCrowding::kNotNeeded);
   EXPECT_EQ(c.fewest_victims(60), NodeCrowding::kNotNeeded);
   EXPECT_EQ(c.fewest_victims(99), NodeCrowding::kNotNeeded);  // never offered
+  // The runs to go, as the P3 budget reads them (without kClear).
+  EXPECT_EQ(c.runs_to_free(10), 3u);
+  EXPECT_EQ(c.runs_to_free(20), 1u);
+  EXPECT_EQ(c.runs_to_free(51), 1u);
+  EXPECT_EQ(c.runs_to_free(21), std::nullopt);
+  EXPECT_EQ(c.runs_to_free(99), std::nullopt);
   auto rank = [&](uint8_t cls, uint32_t job, uint32_t minutes) {
     return victim_rank({cls, 0, minutes, c.fewest_victims(job)});
   };
@@ -580,17 +586,22 @@ TEST(VictimOrderTest, PartNodePreemptorsTakeTheFewestRunsOfOneNode) {
   c.close();
   EXPECT_EQ(c.fewest_victims(110), 3u);
   EXPECT_EQ(c.fewest_victims(120), kClear + 1);
+  EXPECT_EQ(c.runs_to_free(110), 3u);
+  EXPECT_EQ(c.runs_to_free(120), 1u);
   EXPECT_LT(victim_rank({p3, 0, 500, c.fewest_victims(110)}),
             victim_rank({p3, 0, 0, c.fewest_victims(120)}));
   // Whole nodes and no ask count nothing here.
   c.begin(44, {}, 8);
   c.add(0, 10, 1, G(2, 1), false, p3);
   EXPECT_EQ(c.fewest_victims(10), 0u);
+  EXPECT_EQ(c.runs_to_free(10), std::nullopt);
   NodeCrowding::Ask whole;
   whole.whole_nodes = true;
   c.begin(45, whole, 8);
   c.add(0, 10, 1, G(2, 1), false, p3);
   EXPECT_EQ(c.fewest_victims(10), 0u);
+  EXPECT_EQ(c.runs_to_free(10), std::nullopt);
+  EXPECT_EQ(c.preemptor(), 45u);
 }
 
 // Rounds as Slurm makes them: one preemptor's candidates in a row, then
