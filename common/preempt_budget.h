@@ -100,10 +100,6 @@ class PreemptBudget {
   bool dirty_ = false;
 };
 
-// The victim class preempt/planc ranks a candidate by (common/preempt_policy.h
-// victim_rank): the tier's VictimClass, except that a P3-counted run is
-// taken after P2 ones (`p2_class` + 1, at most 3) for a guaranteed
-// preemptor once the budget's soft share is reached (P3PreemptSoftPercent).
 // Whether a P2 preemptor with `left` P3 preemptions left may take a P3
 // candidate when `runs_per_node` runs must go on each of the `nodes` nodes
 // it needs (the count NodeCrowding works out for the candidate's best
@@ -112,6 +108,10 @@ inline bool p3_budget_covers(uint32_t runs_per_node, uint32_t nodes, uint32_t le
   return uint64_t{runs_per_node} * (nodes ? nodes : 1) <= left;
 }
 
+// The victim class preempt/planc ranks a candidate by (common/preempt_policy.h
+// victim_rank): the tier's VictimClass, except that a P3-counted run is
+// taken after P2 ones (`p2_class` + 1, at most 3) for a guaranteed
+// preemptor once the budget's soft share is reached (P3PreemptSoftPercent).
 uint8_t victim_class_now(uint8_t tier_class, bool counts_as_p3, bool soft_reached,
                          uint8_t p2_class);
 

@@ -193,7 +193,10 @@ void NodeCrowding::work_out() {
     const uint32_t base = uint64_t{n.free_gpus} + n.held_gpus < n.total ? 0 : kClear;
     if (n.free_gpus >= ask_.gpus) {
       // Not the GPUs: any candidate may be what frees the node.
-      for (const Held& h : n.held) mark(h.job, base + 1, 1);
+      // How many must go is not known: as many as there are, for the
+      // P3 budget (runs_to_free).
+      for (const Held& h : n.held)
+        mark(h.job, base + 1, static_cast<uint32_t>(std::min<size_t>(n.held.size(), UINT32_MAX)));
       continue;
     }
     std::vector<Held>& held = n.held;

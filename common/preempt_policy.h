@@ -224,8 +224,9 @@ class NodeCrowding {
   // the round's last add().
   uint32_t fewest_victims(uint32_t job);
   // GPUs on a node: how many runs must go for the preemptor's GPUs on the
-  // best node `job` is on (fewest_victims() without the kClear mark);
-  // nullopt when `job` is not among them or nothing is counted.
+  // best node `job` is on (fewest_victims() without the kClear mark; on a
+  // node whose GPUs are free already, every candidate on it); nullopt when
+  // `job` is not among them or nothing is counted.
   std::optional<uint32_t> runs_to_free(uint32_t job);
   // The preemptor of the latest round.
   uint32_t preemptor() const { return preemptor_; }

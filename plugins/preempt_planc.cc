@@ -63,13 +63,12 @@ bool within_p3_budget(job_record_t* preemptor, bool preemptor_spot, uint32_t can
       planc::MutexLock l(g->mu);
       left = planc::preempt::refresh_budget(*g, now);
     }
-    // The same preemptor in the next second keeps the candidates it was
-    // offered (one pass over a long job list may take more than a second).
-    if (preemptor->job_id != g->budget_preemptor) g->budget_offered.clear();
     g->budget_preemptor = preemptor->job_id;
     g->budget_at = now;
     g->budget_left = left ? *left : UINT32_MAX;
-    g->budget_by_node = preemptor_spot && left && *left &&
+    // Whether the budget is spent or not (it may be spent in the next
+    // second of the same pass: then every candidate offered is refused).
+    g->budget_by_node = preemptor_spot && left &&
                         (planc::slurm::needs_whole_nodes(preemptor) ||
                          planc::slurm::gpus_per_node_asked(preemptor));
     g->budget_nodes = planc::slurm::nodes_asked(preemptor);
@@ -78,6 +77,10 @@ bool within_p3_budget(job_record_t* preemptor, bool preemptor_spot, uint32_t can
   if (!g->budget_left) return false;
   if (g->budget_left == UINT32_MAX) return true;
   if (g->budget_by_node) {
+    // The candidates of this round only (the round of the victim rank,
+    // which this candidate opens when it is the first).
+    planc::MutexLock l(g->crowding_mu);
+    if (!g->crowding.collecting_for(preemptor->job_id)) g->budget_offered.clear();
     g->budget_offered.insert(candidate);
     return true;
   }
@@ -93,16 +96,19 @@ bool within_p3_budget(job_record_t* preemptor, bool preemptor_spot, uint32_t can
 // and again for the ones it preempts: the answer stays the same until the
 // next preemptor, the next second or a counted preemption (after which
 // every answer is yes: the rest of that preemptor's victims were already
-// chosen).  Under slurmctld's job lock.
-bool p3_budget_refuses(job_record_t* job) {
-  if (!g->budget_by_node || !g->budget_preemptor || job->preempt_time ||
+// chosen).  A candidate in no set of runs that frees a node for the
+// preemptor is refused too.  Under slurmctld's job lock (read or write).
+bool p3_budget_refuses(job_record_t* job) REQUIRES(g->crowding_mu) {
+  if (!g->budget_by_node || !g->budget_preemptor || g->budget_left == UINT32_MAX ||
+      job->preempt_time || g->last_preemptor != g->budget_preemptor ||
       g->crowding.preemptor() != g->budget_preemptor || !g->budget_offered.count(job->job_id))
     return false;
   std::optional<uint32_t> runs;
   if (g->crowding.whole_nodes()) {
     uint32_t most = 0;
-    planc::slurm::for_each_node(
-        job, [&most](uint32_t n) { most = std::max(most, g->crowding.on_node(n)); });
+    planc::slurm::for_each_node(job, [&most](uint32_t n) NO_THREAD_SAFETY_ANALYSIS {
+      most = std::max(most, g->crowding.on_node(n));
+    });
     runs = most;
   } else {
     runs = g->crowding.runs_to_free(job->job_id);
@@ -146,6 +152,7 @@ planc::VictimFacts victim_facts(job_record_t* job, time_t now) {
 // Under slurmctld's job write lock.
 void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
   if (!IS_JOB_RUNNING(preemptee)) return;
+  planc::MutexLock l(g->crowding_mu);
   auto ask = [preemptor] {
     planc::NodeCrowding::Ask a;
     a.whole_nodes = planc::slurm::needs_whole_nodes(preemptor);
@@ -158,22 +165,25 @@ void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
   if (!g->crowding.offer(preemptor->job_id, preemptee->job_id, ask, planc::slurm::node_count()))
     return;
   if (g->crowding.whole_nodes()) {
-    planc::slurm::for_each_node(preemptee, [](uint32_t n) { g->crowding.add(n); });
+    planc::slurm::for_each_node(preemptee,
+                                [](uint32_t n) NO_THREAD_SAFETY_ANALYSIS { g->crowding.add(n); });
     return;
   }
   const bool in_grace = preemptee->preempt_time != 0;
   const uint32_t order =
       in_grace ? planc::kInGraceRank : planc::victim_rank(victim_facts(preemptee, time(nullptr)));
   const std::string& type = g->crowding.ask().gpu_type;
-  planc::slurm::for_each_node_gpus(preemptee, type, [&](uint32_t n, uint64_t gpus) {
-    auto free = planc::slurm::node_gpus_for(preemptor, type, n);
-    g->crowding.add(n, preemptee->job_id, static_cast<uint32_t>(std::min<uint64_t>(gpus, 0xffff)),
-                    free ? std::optional<planc::NodeCrowding::NodeGpus>(
-                               {static_cast<uint32_t>(std::min<uint64_t>(free->total, 0xffff)),
-                                static_cast<uint32_t>(std::min<uint64_t>(free->free, 0xffff))})
-                         : std::nullopt,
-                    in_grace, order);
-  });
+  planc::slurm::for_each_node_gpus(
+      preemptee, type, [&](uint32_t n, uint64_t gpus) NO_THREAD_SAFETY_ANALYSIS {
+        auto free = planc::slurm::node_gpus_for(preemptor, type, n);
+        g->crowding.add(n, preemptee->job_id,
+                        static_cast<uint32_t>(std::min<uint64_t>(gpus, 0xffff)),
+                        free ? std::optional<planc::NodeCrowding::NodeGpus>(
+                                   {static_cast<uint32_t>(std::min<uint64_t>(free->total, 0xffff)),
+                                    static_cast<uint32_t>(std::min<uint64_t>(free->free, 0xffff))})
+                             : std::nullopt,
+                        in_grace, order);
+      });
 }
 
 }  // namespace
@@ -294,6 +304,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         *static_cast<bool*>(data) = slurm_conf.preempt_mode != PREEMPT_MODE_OFF;
         return SLURM_SUCCESS;
       case PREEMPT_DATA_MODE: {
+        planc::MutexLock l(g->crowding_mu);
         g->crowding.close();
         const Tier* t = planc::slurm::job_tier(policy(*g).tiers, job_ptr);
         uint16_t mode = PREEMPT_MODE_OFF;
@@ -305,6 +316,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         return SLURM_SUCCESS;
       }
       case PREEMPT_DATA_PRIO: {
+        planc::MutexLock l(g->crowding_mu);
         g->crowding.close();
         // A job already in its grace period comes first, so Slurm waits for
         // it instead of preempting yet another job for the same preemptor.
@@ -314,7 +326,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         }
         planc::VictimFacts v = victim_facts(job_ptr, time(nullptr));
         if (g->crowding.whole_nodes())
-          planc::slurm::for_each_node(job_ptr, [&v](uint32_t n) {
+          planc::slurm::for_each_node(job_ptr, [&v](uint32_t n) NO_THREAD_SAFETY_ANALYSIS {
             v.node_victims = std::max(v.node_victims, g->crowding.on_node(n));
           });
         else if (g->crowding.gpus_on_a_node())

@@ -139,9 +139,12 @@ struct Plugin {
   std::atomic<bool> p3_soft_reached{false};
   planc::TierId last_preemptor_tier = planc::TierId::kP0;
   // The candidates per node of the preemptor being looked at, for one that
-  // needs whole nodes or GPUs on a node (victim rank).  Only under
-  // slurmctld's job lock.
-  planc::NodeCrowding crowding;
+  // needs whole nodes or GPUs on a node (victim rank).  Filled under
+  // slurmctld's job write lock; read (and worked out, closed) also from
+  // PREEMPT_DATA_MODE, which squeue's job packing asks under the read
+  // lock, from several threads at once: hence its own mutex.
+  planc::Mutex crowding_mu;
+  planc::NodeCrowding crowding GUARDED_BY(crowding_mu);
 };
 
 // The policy in force (lock-free).

@@ -248,8 +248,13 @@ bool needs_whole_nodes(const job_record_t* job) {
 }
 
 uint32_t nodes_asked(const job_record_t* job) {
-  if (!job || !job->details || !job->details->min_nodes) return 1;
-  return job->details->min_nodes;
+  if (!job) return 1;
+  const uint64_t base = job->details && job->details->min_nodes ? job->details->min_nodes : 1;
+  const uint64_t per = gpus_per_node_asked(job);
+  const uint64_t largest = largest_node_gpus(job->part_ptr);
+  uint64_t nodes = base;
+  if (per > largest && largest) nodes = std::max(base, (per * base + largest - 1) / largest);
+  return static_cast<uint32_t>(std::min<uint64_t>(nodes, UINT32_MAX));
 }
 
 void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>& fn) {

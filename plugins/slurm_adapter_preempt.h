@@ -77,8 +77,10 @@ std::optional<bool> requeues(uint32_t job_id);
 // node count).  REQUIRES the job, node and partition read locks; not
 // thread-safe (a cache): call only under slurmctld's job write lock.
 bool needs_whole_nodes(const job_record_t* job);
-// The nodes a pending job asks for at least (-N; 1 when not given).
-// REQUIRES the job read lock.
+// The nodes a pending job needs at least: -N (1 when not given), or more
+// when its GPUs (gpus_per_node_asked() on each of them) do not fit on that
+// many of its partition's largest nodes.  REQUIRES the job, node and
+// partition read locks.
 uint32_t nodes_asked(const job_record_t* job);
 // GPUs per node a pending preemptor asks for (--gres=gpu:N and
 // --gpus-per-node; --gpus=N over its minimum node count; 0: none).

@@ -466,6 +466,42 @@ def test_a_p2_job_under_the_p3_budget_takes_the_run_that_frees_a_node(c):
         c.reload_planc_conf([])
 
 
+def test_a_p2_job_waits_when_its_best_node_needs_more_p3_runs_than_the_budget_has(c):
+    """gpu1 holds three 2-GPU and two 1-GPU P3 runs, gpu2 two 4-GPU P3
+    runs, gpu3 and gpu4 P1 jobs.  A
+    6-GPU P2 job needs two runs to go on gpu2 (three on gpu1).  With
+    P3PreemptMaxPercent=20 (seven P3 runs: one preemption) it waits,
+    through scheduling passes, every P3 run still running; at 30% (two) it
+    takes the two runs of gpu2."""
+    c.reload_planc_conf(["P3PreemptMaxPercent=20", "P3PreemptWindow=1s"])
+    try:
+        guaranteed = [submit(c, "pccarol", "acct-api", "p1", 8, "-w", n)
+                      for n in ("gpu3", "gpu4")]
+        gpu1 = [submit(c, "pcbob", "acct-spot", "p3", g, "-w", "gpu1") for g in (2, 2, 2, 1, 1)]
+        gpu2 = [submit(c, "pcbob", "acct-spot", "p3", 4, "-w", "gpu2") for _ in range(2)]
+        c.wait_for("the jobs to run",
+                   lambda: all(running(c, j) for j in guaranteed + gpu1 + gpu2), timeout=60)
+        c.wait_for("slurmctld/planc to count the seven P3 runs",
+                   lambda: p3_running_sampled(c) == 7, timeout=30)
+        log = c.log_offset()
+        p2 = submit(c, "pcbob", "acct-spot", "p2", 6)
+        c.scheduler_looked()
+        assert c.state(p2) == "PENDING"
+        assert all(running(c, j) for j in gpu1 + gpu2)
+        assert not re.search(rf"preempted by JobId={p2} ", c.log_since(log))
+        c.reload_planc_conf(["P3PreemptMaxPercent=30", "P3PreemptWindow=1s"])
+        c.wait_for("the P2 job to run", lambda: running(c, p2), timeout=90)
+        victims = re.findall(rf"preempt/planc: JobId=(\d+) \((P\d)\) preempted by JobId={p2} ",
+                             c.log_since(log))
+        print(f"\nP2 over a best node of two runs: on {c.show_job(p2)['NodeList']}, "
+              f"victims {victims}")
+        assert c.show_job(p2)["NodeList"] == "gpu2"
+        assert sorted(victims) == sorted((str(j), "P3") for j in gpu2), victims
+        assert all(running(c, j) for j in gpu1)
+    finally:
+        c.reload_planc_conf([])
+
+
 def test_a_whole_node_p0_clears_the_nodes_with_the_fewest_victims(c):
     """A 16-GPU P0 job needs two whole nodes.  gpu1 holds eight 1-GPU P3
     runs, gpu2 and gpu3 one 8-GPU P3 run each, gpu4 a P1 job (never
