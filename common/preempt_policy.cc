@@ -245,19 +245,22 @@ void NodeCrowding::work_out() {
   worked_out_ = true;
 }
 
-uint32_t NodeCrowding::fewest_victims(uint32_t job) {
-  if (!gpus_on_a_node()) return 0;
+const NodeCrowding::Mark* NodeCrowding::mark_of(uint32_t job) {
   if (!worked_out_) work_out();
   auto it = victims_.find(job);
-  return it == victims_.end() ? kNotNeeded : it->second.rank;
+  return it == victims_.end() ? nullptr : &it->second;
+}
+
+uint32_t NodeCrowding::fewest_victims(uint32_t job) {
+  if (!gpus_on_a_node()) return 0;
+  const Mark* m = mark_of(job);
+  return m ? m->rank : kNotNeeded;
 }
 
 std::optional<uint32_t> NodeCrowding::runs_to_free(uint32_t job) {
   if (!gpus_on_a_node()) return std::nullopt;
-  if (!worked_out_) work_out();
-  auto it = victims_.find(job);
-  if (it == victims_.end()) return std::nullopt;
-  return it->second.runs;
+  const Mark* m = mark_of(job);
+  return m ? std::optional<uint32_t>(m->runs) : std::nullopt;
 }
 
 bool Entitlement::allows(const Tier& t) const {

@@ -244,7 +244,14 @@ class NodeCrowding {
     bool usable = false;
     std::vector<Held> held;
   };
+  // A candidate's key and run count, worked out first (nullptr: in no
+  // node's fewest).
+  struct Mark {
+    uint32_t rank;
+    uint32_t runs;
+  };
   void work_out();
+  const Mark* mark_of(uint32_t job);
   // `job` is one of `runs` runs that free a node; `count`: the rank key
   // (runs, plus kClear on a node of candidates only).  The node of the
   // lowest key is kept.
@@ -257,11 +264,7 @@ class NodeCrowding {
   std::vector<uint16_t> per_node_;
   std::vector<uint32_t> touched_;      // nodes counted this round (a cheap reset)
   std::map<uint32_t, NodeHeld> held_;  // GPUs on a node: per node
-  struct Mark {
-    uint32_t rank;
-    uint32_t runs;
-  };
-  std::map<uint32_t, Mark> victims_;  // ... per candidate, worked out
+  std::map<uint32_t, Mark> victims_;   // ... per candidate, worked out
   bool worked_out_ = false;
 };
 

@@ -88,6 +88,16 @@ bool within_p3_budget(job_record_t* preemptor, bool preemptor_spot, uint32_t can
   return true;
 }
 
+// Whole nodes: the candidates on the most crowded of `job`'s nodes.
+uint32_t most_crowded(job_record_t* job) REQUIRES(g->crowding_mu) {
+  uint32_t most = 0;
+  // The analysis does not see crowding_mu held around the callback.
+  planc::slurm::for_each_node(job, [&most](uint32_t n) NO_THREAD_SAFETY_ANALYSIS {
+    most = std::max(most, g->crowding.on_node(n));
+  });
+  return most;
+}
+
 // Whether the P3 budget keeps running `job` from going for the P2
 // preemptor being looked at: it was offered under the limit
 // (within_p3_budget), is not in its grace yet, and the node it would free
@@ -99,20 +109,12 @@ bool within_p3_budget(job_record_t* preemptor, bool preemptor_spot, uint32_t can
 // chosen).  A candidate in no set of runs that frees a node for the
 // preemptor is refused too.  Under slurmctld's job lock (read or write).
 bool p3_budget_refuses(job_record_t* job) REQUIRES(g->crowding_mu) {
-  if (!g->budget_by_node || !g->budget_preemptor || g->budget_left == UINT32_MAX ||
-      job->preempt_time || g->last_preemptor != g->budget_preemptor ||
-      g->crowding.preemptor() != g->budget_preemptor || !g->budget_offered.count(job->job_id))
+  if (!g->budget_by_node || !g->budget_preemptor || job->preempt_time ||
+      g->last_preemptor != g->budget_preemptor || g->crowding.preemptor() != g->budget_preemptor ||
+      !g->budget_offered.count(job->job_id))
     return false;
-  std::optional<uint32_t> runs;
-  if (g->crowding.whole_nodes()) {
-    uint32_t most = 0;
-    planc::slurm::for_each_node(job, [&most](uint32_t n) NO_THREAD_SAFETY_ANALYSIS {
-      most = std::max(most, g->crowding.on_node(n));
-    });
-    runs = most;
-  } else {
-    runs = g->crowding.runs_to_free(job->job_id);
-  }
+  const std::optional<uint32_t> runs =
+      g->crowding.whole_nodes() ? most_crowded(job) : g->crowding.runs_to_free(job->job_id);
   return !runs || !planc::p3_budget_covers(*runs, g->budget_nodes, g->budget_left);
 }
 
@@ -326,9 +328,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         }
         planc::VictimFacts v = victim_facts(job_ptr, time(nullptr));
         if (g->crowding.whole_nodes())
-          planc::slurm::for_each_node(job_ptr, [&v](uint32_t n) NO_THREAD_SAFETY_ANALYSIS {
-            v.node_victims = std::max(v.node_victims, g->crowding.on_node(n));
-          });
+          v.node_victims = most_crowded(job_ptr);
         else if (g->crowding.gpus_on_a_node())
           v.node_victims = g->crowding.fewest_victims(job_ptr->job_id);
         *static_cast<uint32_t*>(data) = planc::victim_rank(v);

@@ -339,6 +339,13 @@ def test_whole_node_p0_ends_both_graces_on_time(c):
     assert submit_to_start(c, p0) <= 40
 
 
+def victims_of(c, log, preemptor):
+    """(job id, tier) of each run preempt/planc preempted for `preemptor`
+    since the log offset `log`, from slurmctld's log."""
+    return re.findall(rf"preempt/planc: JobId=(\d+) \((P\d)\) preempted by JobId={preemptor} ",
+                      c.log_since(log))
+
+
 def p3_running_sampled(c):
     """slurmctld/planc's count of the runs counting as P3 at its last
     sample, as `scontrol show config` shows it (None before the first)."""
@@ -415,14 +422,12 @@ def test_past_the_soft_share_p0_takes_a_p2_victim_while_the_budget_lasts(c):
         p0 = submit(c, "pcalice", "acct-lease", "p0", 8)
         c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=90)
         assert submit_to_start(c, p0) <= 40, c.show_job(p0)
-        victims = re.findall(rf"preempt/planc: JobId=(\d+) \((P\d)\) preempted by JobId={p0} ",
-                             c.log_since(log))
+        victims = victims_of(c, log, p0)
         assert victims == [(str(p2a), "P2")], victims
         assert first(c, p2a, "SIGTERM") is not None, "the P2 job was not the victim"
         # The requeued P2 job may still take a P3 run: the budget has room.
         c.wait_for("the requeued P2 job to run again", lambda: running(c, p2a), timeout=90)
-        taken = re.findall(rf"preempt/planc: JobId=(\d+) \((P\d)\) preempted by JobId={p2a} ",
-                           c.log_since(log))
+        taken = victims_of(c, log, p2a)
         assert len(taken) == 1 and taken[0][1] == "P3", taken
         assert taken[0][0] in {str(j) for j in (p3a, p3b, p3c)}, taken
     finally:
@@ -455,8 +460,7 @@ def test_a_p2_job_under_the_p3_budget_takes_the_run_that_frees_a_node(c):
         log = c.log_offset()
         p2 = submit(c, "pcbob", "acct-spot", "p2", 8)
         c.wait_for("the P2 job to run", lambda: running(c, p2), timeout=90)
-        victims = re.findall(rf"preempt/planc: JobId=(\d+) \((P\d)\) preempted by JobId={p2} ",
-                             c.log_since(log))
+        victims = victims_of(c, log, p2)
         states = {j: c.state(j) for j in small}
         print(f"\nP2 under a budget of one: on {c.show_job(p2)['NodeList']}, victims {victims}")
         assert c.show_job(p2)["NodeList"] == "gpu2"
@@ -491,8 +495,7 @@ def test_a_p2_job_waits_when_its_best_node_needs_more_p3_runs_than_the_budget_ha
         assert not re.search(rf"preempted by JobId={p2} ", c.log_since(log))
         c.reload_planc_conf(["P3PreemptMaxPercent=30", "P3PreemptWindow=1s"])
         c.wait_for("the P2 job to run", lambda: running(c, p2), timeout=90)
-        victims = re.findall(rf"preempt/planc: JobId=(\d+) \((P\d)\) preempted by JobId={p2} ",
-                             c.log_since(log))
+        victims = victims_of(c, log, p2)
         print(f"\nP2 over a best node of two runs: on {c.show_job(p2)['NodeList']}, "
               f"victims {victims}")
         assert c.show_job(p2)["NodeList"] == "gpu2"
