@@ -136,6 +136,10 @@ struct PlancConfig {
   uint32_t p3_soft_percent() const {
     return std::min(p3_preempt_soft_percent, p3_preempt_max_percent);
   }
+  // Part-node jobs go first to nodes already holding guaranteed work,
+  // keeping the others clearable for whole-node guaranteed jobs
+  // (common/placement.h): slurmctld/planc steers the nodes' weights.
+  bool pack_guaranteed = false;
   // A victim that exits with this code during its grace says it finished
   // its real work: it stays COMPLETED and is billed, not requeued.  Any
   // other ending during the grace (exit 0 included) is treated as the

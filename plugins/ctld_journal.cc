@@ -29,6 +29,29 @@ planc::Result<planc::AppendFile> open_journal(const Controller& c, const std::st
   return planc::open_append_file(planc::posix_file_system(), c.journal_dir + "/" + name);
 }
 
+// Packing guaranteed work: a guaranteed job's nodes get the weight of nodes
+// holding guaranteed work as it starts (the sample would see it up to 5 s
+// later, and part-node jobs started meanwhile would go elsewhere).
+void pack_on_job_begin(Controller& c, job_record_t* job) EXCLUDES(c.shown_mu) {
+  if (!c.running.load()) return;
+  std::shared_ptr<const planc::PlancConfig> cfg;
+  {
+    planc::MutexLock l(c.shown_mu);
+    cfg = c.shown;
+  }
+  if (!cfg || !cfg->pack_guaranteed) return;
+  const planc::Tier* t = planc::slurm::job_tier(*cfg, job);
+  if (!t || t->preemptible) return;
+  std::string problem;
+  const size_t n = planc::slurm::steer_weights_of(job, &problem);
+  if (n) {
+    c.stats.weight_changes += n;
+    c.steered = true;
+  }
+  if (!problem.empty())
+    error("%s: packing guaranteed work: start of %pJ: %s", plugin_type, job, problem.c_str());
+}
+
 // slurmctld's job-begin hook (job and node write locks held): one record,
 // one write(2) under c.journal_mu, nothing else.
 void on_job_begin(job_record_t* job) {
@@ -39,6 +62,11 @@ void on_job_begin(job_record_t* job) {
     market_on_job_begin(c, job);
   } catch (const std::exception& e) {
     error("%s: market: start of %pJ: %s", plugin_type, job, e.what());
+  }
+  try {
+    pack_on_job_begin(c, job);
+  } catch (const std::exception& e) {
+    error("%s: packing guaranteed work: start of %pJ: %s", plugin_type, job, e.what());
   }
   try {
     {

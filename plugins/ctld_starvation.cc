@@ -262,7 +262,13 @@ std::string spot_sample(Controller& c, int* gpu_pos, const std::string& last_wri
   std::vector<uint32_t> tracked = c.ledger->tracked_ids();
   const bool hook_ours = journal_hook_ours();
   planc::slurm::JobSample sample;
-  slurmctld_lock_t read = {.job = READ_LOCK, .node = READ_LOCK, .fed = READ_LOCK};
+  // Packing guaranteed work steers the nodes' weights from what the sample
+  // sees, in the same hold: the node write lock then (the job-begin hook,
+  // which steers a starting guaranteed job's nodes, holds it too).
+  const bool pack = c.config->pack_guaranteed;
+  const bool steer = pack || c.steered.load();
+  slurmctld_lock_t read = {
+      .job = READ_LOCK, .node = steer ? WRITE_LOCK : READ_LOCK, .fed = READ_LOCK};
   const auto t0 = std::chrono::steady_clock::now();
   lock_slurmctld(read);
   const auto t1 = std::chrono::steady_clock::now();
@@ -276,7 +282,17 @@ std::string spot_sample(Controller& c, int* gpu_pos, const std::string& last_wri
   const planc::slurm::JobIdSpace ids = planc::slurm::job_id_space();
   const planc::JobWatch::Plan plan = c.watch.plan(started, ids.next, ids.first, ids.max, hook_ours);
   planc::slurm::sample_jobs(*c.tiers, *gpu_pos, tracked, plan, c.replica_ids, &sample);
+  std::string steer_problem;
+  const size_t steered =
+      steer ? planc::slurm::steer_weights(pack, sample.guaranteed_nodes, &steer_problem) : 0;
   unlock_slurmctld(read);
+  c.stats.weight_changes += steered;
+  if (pack)
+    c.steered = true;
+  else if (steer && steer_problem.empty())
+    c.steered = false;  // every weight is slurm.conf's again
+  if (!steer_problem.empty())
+    error("%s: packing guaranteed work: %s", plugin_type, steer_problem.c_str());
   using std::chrono::duration_cast, std::chrono::microseconds;
   const uint64_t usec = duration_cast<microseconds>(std::chrono::steady_clock::now() - t1).count();
   c.watch.sampled(std::move(sample.watch), ids.next);

@@ -2,6 +2,7 @@
 // points in slurmctld_planc.cc, the worker and the recorder share.
 // Plugin-internal (includes Slurm's headers).  One file per role:
 //   ctld_starvation.cc      the starvation scan and the 5 s spot-cap sample
+//                           (which also steers PackGuaranteed's node weights)
 //   ctld_journal.cc         the run-start journal and the job-begin hook
 //   ctld_market.cc          the P2 market's floors and its rounds' clearing
 //   ctld_market_recorder.cc the recorder thread: round records to PostgreSQL
@@ -103,6 +104,9 @@ struct CtldStats {
   // it reads the sample gathers in its own walk of the watched jobs
   // (SampleLockTotalUsec).
   std::atomic<uint64_t> infusion_failures{0}, infusion_passes{0}, infusion_pass_usec{0};
+  // Packing guaranteed work (PackGuaranteed): node weights changed, by the
+  // sample (worker) and the job-begin hook.
+  std::atomic<uint64_t> weight_changes{0};
   // The run-start journal (the job-begin hook, under slurmctld's locks).
   std::atomic<uint64_t> journal_records{0}, journal_dropped{0};
   std::atomic<uint64_t> journal_total_usec{0}, journal_max_usec{0}, journal_slow{0};
@@ -183,6 +187,11 @@ struct Controller {
   // changes.
   std::map<std::string, std::string> refused_pools;
   bool pools_checked = false;
+
+  // Whether a node's weight may differ from slurm.conf's (PackGuaranteed
+  // steered it: the worker or the job-begin hook); the sample puts them
+  // back when packing is off, then clears it.
+  std::atomic<bool> steered{false};
 
   // gres/gpu's place in the jobs' TRES arrays, once the worker has found it
   // (-1 before): for the job-begin and run-end hooks.

@@ -17,6 +17,7 @@
 #include "common/job_marks.h"
 #include "common/market.h"
 #include "common/market_life.h"
+#include "common/placement.h"
 #include "plugins/slurm_adapter_internal.h"
 #include "plugins/slurm_adapter_market.h"
 
@@ -283,6 +284,14 @@ bool market_should_look(const job_record_t* job) {
   return !life || life->state != MarketState::kWaiting || job->priority != 0;
 }
 
+// Sets the job's nodes in `nodes` (indexes into the node table).
+void mark_nodes(const job_record_t* job, std::vector<bool>* nodes) {
+  if (!job->node_bitmap) return;
+  const int last = bit_fls(job->node_bitmap);
+  for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++)
+    if (bit_test(job->node_bitmap, i) && static_cast<size_t>(i) < nodes->size()) (*nodes)[i] = true;
+}
+
 // One job's part of the sample.
 void sample_job(const QosTierCache& tiers, int gpu_pos, const std::vector<std::string>& node_types,
                 const job_record_t* job, JobSample* out) {
@@ -303,6 +312,7 @@ void sample_job(const QosTierCache& tiers, int gpu_pos, const std::vector<std::s
     out->market_ids.push_back(job->job_id);
   if (!t->preemptible) {
     if (run) {
+      mark_nodes(job, &out->guaranteed_nodes);
       out->guaranteed_running.push_back({job->job_id, t->id, job->start_time,
                                          job->details ? job->details->begin_time : 0,
                                          job->details ? job->details->submit_time : 0});
@@ -357,6 +367,7 @@ void sample_jobs(const QosTierCache& tiers, int gpu_pos, const std::vector<uint3
       if (!node_types[i].empty()) u.typed_gpus[node_types[i]] += node->tres_cnt[gpu_pos];
     }
   }
+  out->guaranteed_nodes.assign(static_cast<size_t>(std::max(node_record_count, 0)), false);
   out->walked = plan.walk;
   if (plan.walk) {
     ListIterator it = list_iterator_create(job_list);
@@ -523,6 +534,70 @@ uint32_t submit_replica(const PoolConfig& pool, const std::string& qos,
 int signal_job_rpc(uint32_t job_id, uint16_t signal) {
   const uint16_t flags = signal == SIGKILL ? 0 : KILL_FULL_JOB;
   return slurm_kill_job(job_id, signal, flags) == SLURM_SUCCESS ? SLURM_SUCCESS : slurm_get_errno();
+}
+
+// --- packing guaranteed work (common/placement.h) ------------------------------
+
+namespace {
+
+// Sets the scheduling weight of `nodes` (indexes) to `weight` through
+// update_node(), as `scontrol update nodename=... weight=` does (it splits
+// the nodes' config records and keeps config_list sorted by weight).
+int set_weight(const std::vector<int>& nodes, uint32_t weight) {
+  hostlist_t hl = hostlist_create(nullptr);
+  for (int i : nodes) hostlist_push_host(hl, node_record_table_ptr[i]->name);
+  char* names = hostlist_ranged_string_xmalloc(hl);
+  hostlist_destroy(hl);
+  update_node_msg_t msg;
+  slurm_init_update_node_msg(&msg);
+  msg.node_names = names;
+  msg.weight = weight;
+  const int rc = update_node(&msg, 0);
+  xfree(names);
+  return rc;
+}
+
+// Node `i` as common/placement.h sees it, or nullopt for an empty slot of
+// the node table.
+std::optional<NodeWeight> node_weight(int i, bool holds) {
+  const node_record_t* node = node_record_table_ptr[i];
+  if (!node || !node->config_ptr) return std::nullopt;
+  // node->weight is slurm.conf's: update_node() changes only the config
+  // record's, which is what the select plugin schedules by.
+  return NodeWeight{i, node->weight, node->config_ptr->weight, holds};
+}
+
+size_t apply(bool on, const std::vector<NodeWeight>& nodes, std::string* why) {
+  size_t changed = 0;
+  for (const auto& [weight, which] : weight_changes(on, nodes)) {
+    const int rc = set_weight(which, weight);
+    if (rc == SLURM_SUCCESS)
+      changed += which.size();
+    else
+      *why = "cannot set the weight of " + std::to_string(which.size()) + " node(s) to " +
+             std::to_string(weight) + ": " + slurm_strerror(rc);
+  }
+  return changed;
+}
+
+}  // namespace
+
+size_t steer_weights(bool on, const std::vector<bool>& holds, std::string* why) {
+  std::vector<NodeWeight> nodes;
+  for (int i = 0; i < node_record_count; i++)
+    if (auto n = node_weight(i, static_cast<size_t>(i) < holds.size() && holds[i]))
+      nodes.push_back(*n);
+  return apply(on, nodes, why);
+}
+
+size_t steer_weights_of(const job_record_t* job, std::string* why) {
+  std::vector<bool> holds(static_cast<size_t>(std::max(node_record_count, 0)), false);
+  mark_nodes(job, &holds);
+  std::vector<NodeWeight> nodes;
+  for (size_t i = 0; i < holds.size(); i++)
+    if (holds[i])
+      if (auto n = node_weight(static_cast<int>(i), true)) nodes.push_back(*n);
+  return apply(true, nodes, why);
 }
 
 }  // namespace planc::slurm

@@ -113,10 +113,25 @@ struct JobSample {
   // Pending jobs of the market's tier (P2) the market should look at: no
   // market life yet, or one that is not a bid the market holds.
   std::vector<uint32_t> market_ids;
+  // By node index: whether a running guaranteed job of those looked at
+  // holds any of the node (every running job is watched).
+  std::vector<bool> guaranteed_nodes;
 };
 void sample_jobs(const QosTierCache& tiers, int gpu_tres_pos, const std::vector<uint32_t>& tracked,
                  const JobWatch::Plan& plan, const std::vector<uint32_t>& replica_ids,
                  JobSample* out);
+
+// Packing guaranteed work (planc.conf PackGuaranteed, common/placement.h):
+// sets every node's scheduling weight to steered_weight(on, its slurm.conf
+// weight, holds[node]), through update_node() as `scontrol update
+// nodename=... weight=` does, only where it differs.  Returns the nodes
+// changed; a refusal from Slurm leaves `*why`.  REQUIRES the node write
+// lock (update_node() rearranges the config records).
+size_t steer_weights(bool on, const std::vector<bool>& holds, std::string* why);
+// The same for the nodes of `job`, a guaranteed job starting (the
+// job-begin hook): each gets the weight of a node holding guaranteed work.
+// REQUIRES the job read and node write locks.
+size_t steer_weights_of(const job_record_t* job, std::string* why);
 
 // slurmctld's next job id (not taken) and its FirstJobId and MaxJobId.
 // REQUIRES the job and federation read locks.
