@@ -32,14 +32,35 @@
 
 namespace planc {
 
-// The largest configured weight that is steered (2 w + 1 still fits).
-inline constexpr uint32_t kMaxSteeredWeight = (UINT32_MAX - 1) / 2;
+// The largest configured weight that is steered: 2 w + 1 stays under
+// 0xfffffffe, Slurm's NO_VAL (a weight update of NO_VAL changes nothing;
+// 0xffffffff is INFINITE, which slurm.conf does not accept).  A larger
+// configured weight is left as it is, and may then come before steered
+// ones: sites use small weights.
+inline constexpr uint32_t kMaxSteeredWeight = (0xfffffffeu - 2) / 2;
 
 // The weight a node should have: its configured one when steering is off
 // (or the weight is too large to steer), else as above.
 inline uint32_t steered_weight(bool on, uint32_t configured, bool holds_guaranteed) {
   if (!on || configured > kMaxSteeredWeight) return configured;
   return 2 * configured + (holds_guaranteed ? 0 : 1);
+}
+
+// What steering remembers of a node it has set a weight on.
+struct SteeredNode {
+  uint32_t configured = 1;  // slurm.conf's weight
+  uint32_t set = 1;         // the weight set last
+};
+
+// slurm.conf's weight of a node whose node record holds `node_weight`.
+// Slurm keeps slurm.conf's weight in the node record and schedules by the
+// config record's, which is what a weight update changes; but a
+// reconfigure first copies the config record's weight into the node record
+// (and a SIGHUP keeps it), so a node weight equal to the one set last is
+// ours, not slurm.conf's.  (A slurm.conf weight changed to exactly that
+// value would be missed.)
+inline uint32_t configured_weight(uint32_t node_weight, const SteeredNode* known) {
+  return known && node_weight == known->set ? known->configured : node_weight;
 }
 
 // One node as the adapter sees it: its index in slurmctld's node table,

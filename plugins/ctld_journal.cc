@@ -52,8 +52,9 @@ void pack_on_job_begin(Controller& c, job_record_t* job) EXCLUDES(c.shown_mu) {
     error("%s: packing guaranteed work: start of %pJ: %s", plugin_type, job, problem.c_str());
 }
 
-// slurmctld's job-begin hook (job and node write locks held): one record,
-// one write(2) under c.journal_mu, nothing else.
+// slurmctld's job-begin hook (job and node write locks held): the market's
+// books, packing's weights, then one record, one write(2) under
+// c.journal_mu.
 void on_job_begin(job_record_t* job) {
   Controller& c = *controller();  // made before the hook was set, never freed
   if (c.prev_job_begin) c.prev_job_begin(job);

@@ -255,6 +255,39 @@ void publish_usage(Controller& c) {
   c.usage = std::move(u);
 }
 
+namespace {
+
+// Packing guaranteed work: sets the nodes' weights (common/placement.h),
+// the nodes held by the guaranteed jobs the sample saw running and by the
+// jobs started since (each looked up again: the job-begin hook, which
+// queues them, runs under the node write lock, held here).
+void steer_guaranteed(Controller& c, bool pack, const std::vector<planc::GuaranteedRun>& running) {
+  std::vector<uint32_t> ids;
+  for (const planc::GuaranteedRun& r : running) ids.push_back(r.job_id);
+  std::string problem;
+  size_t changed = 0;
+  slurmctld_lock_t write = {.job = READ_LOCK, .node = WRITE_LOCK};
+  lock_slurmctld(write);
+  try {
+    {
+      planc::MutexLock l(c.started_mu);
+      ids.insert(ids.end(), c.started.begin(), c.started.end());
+    }
+    changed = planc::slurm::steer_weights(*c.tiers, pack, ids, &problem);
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  unlock_slurmctld(write);
+  c.stats.weight_changes += changed;
+  if (pack)
+    c.steered = true;
+  else if (problem.empty())
+    c.steered = false;  // every weight is slurm.conf's again
+  if (!problem.empty()) error("%s: packing guaranteed work: %s", plugin_type, problem.c_str());
+}
+
+}  // namespace
+
 std::string spot_sample(Controller& c, int* gpu_pos, const std::string& last_written,
                         planc::PoolUsage* pool, planc::slurm::InfusionJobs* infusion,
                         std::vector<uint32_t>* market_ids) {
@@ -262,13 +295,12 @@ std::string spot_sample(Controller& c, int* gpu_pos, const std::string& last_wri
   std::vector<uint32_t> tracked = c.ledger->tracked_ids();
   const bool hook_ours = journal_hook_ours();
   planc::slurm::JobSample sample;
-  // Packing guaranteed work steers the nodes' weights from what the sample
-  // sees, in the same hold: the node write lock then (the job-begin hook,
-  // which steers a starting guaranteed job's nodes, holds it too).
+  // Packing guaranteed work: whether a node's weight is off, from what the
+  // sample sees (steer_guaranteed then sets it under the write lock).
   const bool pack = c.config->pack_guaranteed;
   const bool steer = pack || c.steered.load();
-  slurmctld_lock_t read = {
-      .job = READ_LOCK, .node = steer ? WRITE_LOCK : READ_LOCK, .fed = READ_LOCK};
+  bool to_steer = false;
+  slurmctld_lock_t read = {.job = READ_LOCK, .node = READ_LOCK, .fed = READ_LOCK};
   const auto t0 = std::chrono::steady_clock::now();
   lock_slurmctld(read);
   const auto t1 = std::chrono::steady_clock::now();
@@ -281,18 +313,18 @@ std::string spot_sample(Controller& c, int* gpu_pos, const std::string& last_wri
   }
   const planc::slurm::JobIdSpace ids = planc::slurm::job_id_space();
   const planc::JobWatch::Plan plan = c.watch.plan(started, ids.next, ids.first, ids.max, hook_ours);
-  planc::slurm::sample_jobs(*c.tiers, *gpu_pos, tracked, plan, c.replica_ids, &sample);
-  std::string steer_problem;
-  const size_t steered =
-      steer ? planc::slurm::steer_weights(pack, sample.guaranteed_nodes, &steer_problem) : 0;
+  try {
+    planc::slurm::sample_jobs(*c.tiers, *gpu_pos, tracked, plan, c.replica_ids, &sample);
+    to_steer = steer && planc::slurm::weights_to_steer(pack, sample.guaranteed_nodes);
+  } catch (...) {
+    unlock_slurmctld(read);
+    throw;
+  }
   unlock_slurmctld(read);
-  c.stats.weight_changes += steered;
-  if (pack)
-    c.steered = true;
-  else if (steer && steer_problem.empty())
+  if (to_steer)
+    steer_guaranteed(c, pack, sample.guaranteed_running);
+  else if (steer && !pack)
     c.steered = false;  // every weight is slurm.conf's again
-  if (!steer_problem.empty())
-    error("%s: packing guaranteed work: %s", plugin_type, steer_problem.c_str());
   using std::chrono::duration_cast, std::chrono::microseconds;
   const uint64_t usec = duration_cast<microseconds>(std::chrono::steady_clock::now() - t1).count();
   c.watch.sampled(std::move(sample.watch), ids.next);

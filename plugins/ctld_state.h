@@ -151,6 +151,10 @@ struct Controller {
   // Runs counting as P3 at the last sample (-1: none yet), for
   // preempt/planc's P3 preemption budget (planc_p3_running_v1).
   std::atomic<int64_t> p3_running{-1};
+  // Whether a node's weight may differ from slurm.conf's: PackGuaranteed
+  // steered it (the worker or the job-begin hook).  The sample puts the
+  // weights back when packing is off, then clears it.
+  std::atomic<bool> steered{false};
 
   // --- the worker's alone (and init()'s and fini()'s while it does not run) ---
   // The configuration in force and the QoS lookup over its tiers; the
@@ -187,11 +191,6 @@ struct Controller {
   // changes.
   std::map<std::string, std::string> refused_pools;
   bool pools_checked = false;
-
-  // Whether a node's weight may differ from slurm.conf's (PackGuaranteed
-  // steered it: the worker or the job-begin hook); the sample puts them
-  // back when packing is off, then clears it.
-  std::atomic<bool> steered{false};
 
   // gres/gpu's place in the jobs' TRES arrays, once the worker has found it
   // (-1 before): for the job-begin and run-end hooks.

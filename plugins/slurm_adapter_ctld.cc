@@ -540,6 +540,38 @@ int signal_job_rpc(uint32_t job_id, uint16_t signal) {
 
 namespace {
 
+// What steering knows of each node it has set (by name: a reconfigure may
+// renumber the node table).  Read under the node read lock, written under
+// the write lock (the job-begin hook and steer_weights hold it).
+std::map<std::string, SteeredNode>& steered_nodes() {
+  static auto* nodes = new std::map<std::string, SteeredNode>;  // never freed: worker_thread.h
+  return *nodes;
+}
+
+uint32_t configured_weight(const node_record_t* node) {
+  const auto& nodes = steered_nodes();
+  auto it = nodes.find(node->name);
+  return planc::configured_weight(node->weight, it != nodes.end() ? &it->second : nullptr);
+}
+
+// Node `i` as common/placement.h sees it, or nullopt for an empty slot of
+// the node table.
+std::optional<NodeWeight> node_weight(int i, bool holds) {
+  const node_record_t* node = node_record_table_ptr[i];
+  if (!node || !node->config_ptr) return std::nullopt;
+  // The select plugin schedules by the config record's weight, which is
+  // what update_node() changes.
+  return NodeWeight{i, configured_weight(node), node->config_ptr->weight, holds};
+}
+
+std::vector<NodeWeight> node_weights(const std::vector<bool>& holds) {
+  std::vector<NodeWeight> nodes;
+  for (int i = 0; i < node_record_count; i++)
+    if (auto n = node_weight(i, static_cast<size_t>(i) < holds.size() && holds[i]))
+      nodes.push_back(*n);
+  return nodes;
+}
+
 // Sets the scheduling weight of `nodes` (indexes) to `weight` through
 // update_node(), as `scontrol update nodename=... weight=` does (it splits
 // the nodes' config records and keeps config_list sorted by weight).
@@ -557,37 +589,41 @@ int set_weight(const std::vector<int>& nodes, uint32_t weight) {
   return rc;
 }
 
-// Node `i` as common/placement.h sees it, or nullopt for an empty slot of
-// the node table.
-std::optional<NodeWeight> node_weight(int i, bool holds) {
-  const node_record_t* node = node_record_table_ptr[i];
-  if (!node || !node->config_ptr) return std::nullopt;
-  // node->weight is slurm.conf's: update_node() changes only the config
-  // record's, which is what the select plugin schedules by.
-  return NodeWeight{i, node->weight, node->config_ptr->weight, holds};
-}
-
 size_t apply(bool on, const std::vector<NodeWeight>& nodes, std::string* why) {
   size_t changed = 0;
   for (const auto& [weight, which] : weight_changes(on, nodes)) {
     const int rc = set_weight(which, weight);
-    if (rc == SLURM_SUCCESS)
-      changed += which.size();
-    else
+    if (rc != SLURM_SUCCESS) {
       *why = "cannot set the weight of " + std::to_string(which.size()) + " node(s) to " +
              std::to_string(weight) + ": " + slurm_strerror(rc);
+      continue;
+    }
+    changed += which.size();
+    for (int i : which) {
+      const node_record_t* node = node_record_table_ptr[i];
+      const uint32_t configured = configured_weight(node);  // before the entry changes
+      steered_nodes()[node->name] = {configured, weight};
+    }
   }
   return changed;
 }
 
 }  // namespace
 
-size_t steer_weights(bool on, const std::vector<bool>& holds, std::string* why) {
-  std::vector<NodeWeight> nodes;
-  for (int i = 0; i < node_record_count; i++)
-    if (auto n = node_weight(i, static_cast<size_t>(i) < holds.size() && holds[i]))
-      nodes.push_back(*n);
-  return apply(on, nodes, why);
+bool weights_to_steer(bool on, const std::vector<bool>& holds) {
+  return !weight_changes(on, node_weights(holds)).empty();
+}
+
+size_t steer_weights(const QosTierCache& tiers, bool on, const std::vector<uint32_t>& job_ids,
+                     std::string* why) {
+  std::vector<bool> holds(static_cast<size_t>(std::max(node_record_count, 0)), false);
+  for (uint32_t id : job_ids) {
+    const job_record_t* job = find_job_record(id);
+    if (!job || !IS_JOB_RUNNING(job)) continue;
+    const Tier* t = job_tier(tiers, job);
+    if (t && !t->preemptible) mark_nodes(job, &holds);
+  }
+  return apply(on, node_weights(holds), why);
 }
 
 size_t steer_weights_of(const job_record_t* job, std::string* why) {

@@ -121,13 +121,24 @@ void sample_jobs(const QosTierCache& tiers, int gpu_tres_pos, const std::vector<
                  const JobWatch::Plan& plan, const std::vector<uint32_t>& replica_ids,
                  JobSample* out);
 
-// Packing guaranteed work (planc.conf PackGuaranteed, common/placement.h):
-// sets every node's scheduling weight to steered_weight(on, its slurm.conf
-// weight, holds[node]), through update_node() as `scontrol update
-// nodename=... weight=` does, only where it differs.  Returns the nodes
-// changed; a refusal from Slurm leaves `*why`.  REQUIRES the node write
-// lock (update_node() rearranges the config records).
-size_t steer_weights(bool on, const std::vector<bool>& holds, std::string* why);
+// Packing guaranteed work (planc.conf PackGuaranteed, common/placement.h).
+// Each node's weight should be steered_weight(on, its slurm.conf weight,
+// whether a running guaranteed job holds it).  Slurm.conf's weight is the
+// node record's, or, once a reconfigure has copied a weight set here into
+// it, the one remembered for the node.
+//
+// Whether any node's weight differs from what it should be, `holds` by
+// node index.  REQUIRES the node read lock.
+bool weights_to_steer(bool on, const std::vector<bool>& holds);
+// Sets every node's weight to what it should be, where it differs, a node
+// held when one of `job_ids` (the guaranteed jobs running at the sample
+// and the jobs started since; each looked up again here) runs on it, and
+// through update_node() as `scontrol update nodename=... weight=` does.
+// Returns the nodes changed; a refusal from Slurm leaves `*why`.
+// REQUIRES the job read and node write locks (update_node() rearranges the
+// config records).
+size_t steer_weights(const QosTierCache& tiers, bool on, const std::vector<uint32_t>& job_ids,
+                     std::string* why);
 // The same for the nodes of `job`, a guaranteed job starting (the
 // job-begin hook): each gets the weight of a node holding guaranteed work.
 // REQUIRES the job read and node write locks.

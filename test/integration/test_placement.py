@@ -4,7 +4,9 @@ need whole nodes.  What an admin sees: the weights in `scontrol show node`;
 what a user sees: the node squeue shows the job on.
 """
 import datetime
+import os
 import re
+import signal
 
 import pytest
 
@@ -18,6 +20,28 @@ def weight(c, node):
 
 def weights(c):
     return {n: weight(c, n) for n in ("gpu1", "gpu2", "gpu3", "gpu4")}
+
+
+def samples(c):
+    out = c.run("scontrol", "show", "config", check=True).stdout
+    return int(re.search(r"^SampleCount\s+= (\d+)$", out, re.M).group(1))
+
+
+def reconfigured(c, how):
+    """slurmctld reads slurm.conf again: `how` is "SIGHUP" (systemctl reload)
+    or "scontrol" (scontrol reconfigure).  Returns once two 5 s samples have
+    run since."""
+    offset = c.log_offset()
+    if how == "SIGHUP":
+        pid = int(open(os.path.join(c.dir, "run", "slurmctld.pid")).read().split()[0])
+        os.kill(pid, signal.SIGHUP)
+        c.wait_for("slurmctld to take the SIGHUP",
+                   lambda: "Reconfigure signal (SIGHUP) received" in c.log_since(offset))
+    else:
+        c.run("scontrol", "reconfigure", check=True)
+    n = samples(c)
+    c.wait_for("two samples after the reconfigure", lambda: samples(c) >= n + 2, timeout=30)
+    return c.log_since(offset)
 
 
 def node_of(c, jobid):
@@ -79,6 +103,13 @@ def test_packing_puts_part_node_jobs_beside_guaranteed_work(packing):
     c.run("scancel", p1, small, check=True)
     c.wait_for("gpu3 no longer weighted first", lambda: weight(c, "gpu3") == 3, timeout=30)
     assert weight(c, node_of(c, whole)) == 2
+    # Slurm copies the weight it schedules by into the node record when it
+    # reads slurm.conf again (and keeps it on a SIGHUP): the steered weights
+    # stay as they are, not steered again from the copy (4 and 7).
+    steered = weights(c)
+    for how in ("SIGHUP", "scontrol"):
+        log = reconfigured(c, how)
+        assert weights(c) == steered, (how, log[-3000:])
     out = c.run("scontrol", "show", "config", check=True).stdout
     assert re.search(r"^PackGuaranteed\s+= yes$", out, re.M), out
     assert int(re.search(r"^PackWeightChanges\s+= (\d+)$", out, re.M).group(1)) >= 3, out

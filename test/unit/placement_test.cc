@@ -27,9 +27,21 @@ TEST(PlacementTest, TheConfiguredOrderBetweenWeightsIsKept) {
 TEST(PlacementTest, OffOrTooLargeMeansTheConfiguredWeight) {
   EXPECT_EQ(steered_weight(false, 1, true), 1u);
   EXPECT_EQ(steered_weight(false, 7, false), 7u);
-  EXPECT_EQ(steered_weight(true, kMaxSteeredWeight, false), UINT32_MAX);
+  EXPECT_EQ(steered_weight(true, kMaxSteeredWeight, false), 0xfffffffdu)
+      << "under Slurm's NO_VAL (0xfffffffe), which update_node() ignores";
   EXPECT_EQ(steered_weight(true, kMaxSteeredWeight + 1, true), kMaxSteeredWeight + 1);
   EXPECT_EQ(steered_weight(true, UINT32_MAX, false), UINT32_MAX);
+}
+
+TEST(PlacementTest, SlurmConfsWeightSurvivesAReconfigureThatCopiedOursIntoTheNodeRecord) {
+  EXPECT_EQ(configured_weight(5, nullptr), 5u) << "never steered: the node record's";
+  SteeredNode known{5, 11};
+  EXPECT_EQ(configured_weight(5, &known), 5u) << "steered, no reconfigure since";
+  EXPECT_EQ(configured_weight(11, &known), 5u)
+      << "a SIGHUP copied the steered 11 into the node record: still 5, not 11 (which "
+         "would steer to 22 or 23, and more at each reload)";
+  EXPECT_EQ(configured_weight(7, &known), 7u)
+      << "scontrol reconfigure with slurm.conf's weight changed to 7";
 }
 
 TEST(PlacementTest, ChangesNameOnlyTheNodesThatDifferGroupedByWeight) {
