@@ -8,7 +8,7 @@
 // preempted.  Slurm places a part-node job by best fit, wherever free
 // GPUs happen to be, so on the steady-state replay part-node guaranteed
 // jobs were spread over 9-12 of 16 nodes at the moments a whole-node
-// guaranteed job came, where 4-7 nodes would have held them packed.  Such
+// guaranteed job came, where 4-8 nodes would have held them packed.  Such
 // a job then found no clearable node (and waited past the 40 s for a
 // guaranteed job to end), or cleared the few nodes left, whatever P3 runs
 // they held.

@@ -476,3 +476,35 @@ def test_the_worst_p3_hours_name_their_preemptors_from_slurmctlds_log(basic):
         {"job_id": "12", "tier": "P0", "gpus": 4, "victims": [("14", 2)]}]}]
     assert ("Trace hour 0: 1 of 2 P3 runs preempted (50.0%); job 12 (P0, 4 GPUs) took 14 (2)."
             in R._run_section(run, k, []))
+
+
+def test_the_spread_of_guaranteed_work_at_whole_node_submissions(tmp_path):
+    # Nodes of 4 GPUs here.  Two 1-GPU guaranteed jobs run on gpu1 and gpu2
+    # when the 4-GPU P0 job 23 is submitted (1095): 2 nodes hold guaranteed
+    # work where 1 would do packed.  When the 4-GPU P1 job 24 is submitted
+    # (1200), 21 has ended and 23 holds gpu3 whole: gpu2 and gpu3, packed
+    # 1 + 1.  The P3 job 25 on gpu4 holds nothing guaranteed.
+    jobs = [("w1", 21, "P1", 1, 1000, 1000, 1010, 1110, "COMPLETED", 0),
+            ("w2", 22, "P0", 1, 1000, 1000, 1020, 1360, "CANCELLED", 0),
+            ("w3", 23, "P0", 4, 1095, 1095, 1100, 1360, "CANCELLED", 0),
+            ("w4", 24, "P1", 4, 1200, 1200, "", 1360, "CANCELLED", 0),
+            ("w5", 25, "P3", 2, 1000, 1000, 1005, 1360, "CANCELLED", 0)]
+    bills = [(21, 0, "P1", 1010, 1110, "COMPLETED", 1, 10, ""),
+             (22, 0, "P0", 1020, 1360, "CANCELLED", 1, 10, ""),
+             (23, 0, "P0", 1100, 1360, "CANCELLED", 4, 10, ""),
+             (24, 0, "P1", 1360, 1360, "CANCELLED", 4, 0, "never ran"),
+             (25, 0, "P3", 1005, 1360, "CANCELLED", 2, 10, "")]
+    d = write_run(str(tmp_path / "planc-1"), jobs=jobs, bills=bills)
+    run = R.Run(d)
+    assert R.guaranteed_spread(run, 4) is None  # no log
+    with open(os.path.join(d, "slurmctld.log"), "w") as f:
+        f.write("[1970-01-01T00:16:40.000] _slurm_rpc_submit_batch_job: JobId=21 InitPrio=1 usec=1\n"
+                "[1970-01-01T00:16:45.000] sched: Allocate JobId=25 NodeList=gpu4 #CPUs=2\n"
+                "[1970-01-01T00:16:50.000] sched: Allocate JobId=21 NodeList=gpu1 #CPUs=1\n"
+                "[1970-01-01T00:17:00.000] sched/backfill: _start_job: Started JobId=22 in "
+                "guaranteed on gpu2\n"
+                "[1970-01-01T00:18:20.000] sched: Allocate JobId=23 NodeList=gpu3 #CPUs=4\n"
+                "[1970-01-01T00:18:30.000] _job_complete: JobId=21 done\n")
+    run = R.Run(d)
+    assert R.guaranteed_spread(run, 4) == {"submissions": 2, "holding_mean": 2.0,
+                                           "packed_mean": 1.5}

@@ -779,6 +779,50 @@ def worst_p3_hours(run: Run, k: Dict[str, object], n: int = 3) -> List[Dict[str,
     return out
 
 
+def guaranteed_spread(run: Run, gpus_per_node: int = 8) -> Optional[Dict[str, object]]:
+    """At each submission of a guaranteed (P0/P1) job that needs whole
+    nodes (gpus_per_node GPUs or more): how many nodes held guaranteed work
+    then, from slurmctld's log (its starts and ends), and how few would
+    have held it packed (a node one job holds whole as it is, the others'
+    GPUs gpus_per_node to a node).  Guaranteed work is never preempted, so
+    only the other nodes can be cleared for such a job.  None without the
+    log."""
+    events = log_events(run)
+    if events is None:
+        return None
+    jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
+    guaranteed = {i for i, j in jobs.items() if j["tier"] in ("P0", "P1")}
+    due = sorted((j["submit"], i) for i, j in jobs.items() if i in guaranteed
+                 and (j["gpus"] or 0) >= gpus_per_node and j.get("submit") is not None)
+    held: Dict[str, Dict[str, float]] = {}  # node -> guaranteed job -> GPUs
+    holding, packed = [], []
+
+    def look():
+        share = [sum(g.values()) for g in held.values() if g]
+        holding.append(len(share))
+        whole = sum(1 for x in share if x >= gpus_per_node)
+        packed.append(whole + math.ceil(sum(x for x in share if x < gpus_per_node)
+                                        / gpus_per_node - 1e-9))
+    i = 0
+    for e in events:
+        while i < len(due) and due[i][0] < e["time"]:
+            look()
+            i += 1
+        if e["job_id"] not in guaranteed:
+            continue
+        for n in e["nodes"]:
+            if e["kind"] == "start":
+                gpus = jobs[e["job_id"]]["gpus"] or 0
+                held.setdefault(n, {})[e["job_id"]] = gpus / len(e["nodes"])
+            else:
+                held.get(n, {}).pop(e["job_id"], None)
+    while i < len(due):
+        look()
+        i += 1
+    return {"submissions": len(due), "holding_mean": _mean(holding),
+            "packed_mean": _mean(packed)}
+
+
 def start_lateness(run: Run) -> Optional[Dict[str, object]]:
     """kpi.start_lateness over the run's slurmctld log (log_events), or
     None when it was not kept."""
@@ -1264,6 +1308,12 @@ def _run_section(run: Run, k: Dict[str, object], problems: List[str]) -> str:
                          f"GPU{'' if b['gpus'] == 1 else 's'}) took "
                          + ", ".join(f"{v} ({gpus(g)})" for v, g in b["victims"])
                          for b in w["by"]) + ".")
+    spread = guaranteed_spread(run)
+    if spread and spread["submissions"]:
+        lines.append("")
+        lines.append(f"At the {spread['submissions']} submissions of guaranteed jobs that need "
+                     f"whole nodes, {spread['holding_mean']:.1f} nodes held guaranteed work on "
+                     f"average, where {spread['packed_mean']:.1f} would have held it packed.")
     lines.append("")
     lines.append("The same by the tier a run ran as (the exporter's reading): " + " ".join(
         "-" if r is None else f"{100 * r:.0f}%" for r in k["p3_rate_by_hour"]))
