@@ -107,4 +107,11 @@ void for_each_node_gpus(const job_record_t* job, const std::string& type,
   }
 }
 
+void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>& fn) {
+  if (!job || !job->node_bitmap) return;
+  const int last = bit_fls(job->node_bitmap);
+  for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++)
+    if (bit_test(job->node_bitmap, i)) fn(static_cast<uint32_t>(i));
+}
+
 }  // namespace planc::slurm

@@ -70,6 +70,10 @@ Segment segment_of(const job_record_t* job);
 void for_each_node_gpus(const job_record_t* job, const std::string& type,
                         const std::function<void(uint32_t, uint64_t)>& fn);
 
+// fn(i) for each node index i the job holds (none when it holds none).
+// REQUIRES the job read lock.
+void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>& fn);
+
 // <StateSaveLocation>/<name>: where a plugin keeps its state file.
 std::string state_file_path(const char* name);
 

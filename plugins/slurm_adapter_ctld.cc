@@ -286,10 +286,9 @@ bool market_should_look(const job_record_t* job) {
 
 // Sets the job's nodes in `nodes` (indexes into the node table).
 void mark_nodes(const job_record_t* job, std::vector<bool>* nodes) {
-  if (!job->node_bitmap) return;
-  const int last = bit_fls(job->node_bitmap);
-  for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++)
-    if (bit_test(job->node_bitmap, i) && static_cast<size_t>(i) < nodes->size()) (*nodes)[i] = true;
+  for_each_node(job, [nodes](uint32_t i) {
+    if (i < nodes->size()) (*nodes)[i] = true;
+  });
 }
 
 // One job's part of the sample.

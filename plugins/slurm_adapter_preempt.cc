@@ -257,13 +257,6 @@ uint32_t nodes_asked(const job_record_t* job) {
   return static_cast<uint32_t>(std::min<uint64_t>(nodes, UINT32_MAX));
 }
 
-void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>& fn) {
-  if (!job || !job->node_bitmap) return;
-  const int last = bit_fls(job->node_bitmap);
-  for (int i = bit_ffs(job->node_bitmap); i >= 0 && i <= last; i++)
-    if (bit_test(job->node_bitmap, i)) fn(static_cast<uint32_t>(i));
-}
-
 std::string gpu_type_asked(const job_record_t* job) {
   std::string type;  // the first entry that names one
   if (job)

@@ -98,9 +98,6 @@ struct NodeGpuCount {
 };
 std::optional<NodeGpuCount> node_gpus_for(const job_record_t* preemptor, const std::string& type,
                                           uint32_t node);
-// fn(i) for each node index i the job holds (none when it holds none).
-// REQUIRES the job read lock.
-void for_each_node(const job_record_t* job, const std::function<void(uint32_t)>& fn);
 // Nodes slurmctld knows (the size of every node bitmap).
 size_t node_count();
 
