@@ -11,6 +11,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <string_view>
 
 #include "common/file_system.h"
 #include "common/infusion.h"
@@ -542,14 +545,17 @@ namespace {
 // What steering knows of each node it has set (by name: a reconfigure may
 // renumber the node table).  Read under the node read lock, written under
 // the write lock (the job-begin hook and steer_weights hold it).
-std::map<std::string, SteeredNode>& steered_nodes() {
-  static auto* nodes = new std::map<std::string, SteeredNode>;  // never freed: worker_thread.h
+// (std::less<>: looked up by the node record's char* name without making
+// a std::string per node per sample.)
+using SteeredNodes = std::map<std::string, SteeredNode, std::less<>>;
+SteeredNodes& steered_nodes() {
+  static auto* nodes = new SteeredNodes;  // never freed: worker_thread.h
   return *nodes;
 }
 
 uint32_t configured_weight(const node_record_t* node) {
   const auto& nodes = steered_nodes();
-  auto it = nodes.find(node->name);
+  auto it = nodes.find(std::string_view(node->name));
   return planc::configured_weight(node->weight, it != nodes.end() ? &it->second : nullptr);
 }
 
@@ -563,11 +569,14 @@ std::optional<NodeWeight> node_weight(int i, bool holds) {
   return NodeWeight{i, configured_weight(node), node->config_ptr->weight, holds};
 }
 
-std::vector<NodeWeight> node_weights(const std::vector<bool>& holds) {
+// Every node, or only those that hold guaranteed work (`holding_only`).
+std::vector<NodeWeight> node_weights(const std::vector<bool>& holds, bool holding_only = false) {
   std::vector<NodeWeight> nodes;
-  for (int i = 0; i < node_record_count; i++)
-    if (auto n = node_weight(i, static_cast<size_t>(i) < holds.size() && holds[i]))
-      nodes.push_back(*n);
+  for (int i = 0; i < node_record_count; i++) {
+    const bool holding = static_cast<size_t>(i) < holds.size() && holds[i];
+    if (holding_only && !holding) continue;
+    if (auto n = node_weight(i, holding)) nodes.push_back(*n);
+  }
   return nodes;
 }
 
@@ -628,11 +637,7 @@ size_t steer_weights(const QosTierCache& tiers, bool on, const std::vector<uint3
 size_t steer_weights_of(const job_record_t* job, std::string* why) {
   std::vector<bool> holds(static_cast<size_t>(std::max(node_record_count, 0)), false);
   mark_nodes(job, &holds);
-  std::vector<NodeWeight> nodes;
-  for (size_t i = 0; i < holds.size(); i++)
-    if (holds[i])
-      if (auto n = node_weight(static_cast<int>(i), true)) nodes.push_back(*n);
-  return apply(true, nodes, why);
+  return apply(true, node_weights(holds, true), why);
 }
 
 }  // namespace planc::slurm
