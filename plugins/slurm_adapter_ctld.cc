@@ -569,14 +569,11 @@ std::optional<NodeWeight> node_weight(int i, bool holds) {
   return NodeWeight{i, configured_weight(node), node->config_ptr->weight, holds};
 }
 
-// Every node, or only those that hold guaranteed work (`holding_only`).
-std::vector<NodeWeight> node_weights(const std::vector<bool>& holds, bool holding_only = false) {
+std::vector<NodeWeight> node_weights(const std::vector<bool>& holds) {
   std::vector<NodeWeight> nodes;
-  for (int i = 0; i < node_record_count; i++) {
-    const bool holding = static_cast<size_t>(i) < holds.size() && holds[i];
-    if (holding_only && !holding) continue;
-    if (auto n = node_weight(i, holding)) nodes.push_back(*n);
-  }
+  for (int i = 0; i < node_record_count; i++)
+    if (auto n = node_weight(i, static_cast<size_t>(i) < holds.size() && holds[i]))
+      nodes.push_back(*n);
   return nodes;
 }
 
@@ -635,9 +632,13 @@ size_t steer_weights(const QosTierCache& tiers, bool on, const std::vector<uint3
 }
 
 size_t steer_weights_of(const job_record_t* job, std::string* why) {
-  std::vector<bool> holds(static_cast<size_t>(std::max(node_record_count, 0)), false);
-  mark_nodes(job, &holds);
-  return apply(true, node_weights(holds, true), why);
+  // Only the job's own nodes: this runs in the job-begin hook, under
+  // slurmctld's write locks, at every guaranteed job's start.
+  std::vector<NodeWeight> nodes;
+  for_each_node(job, [&nodes](uint32_t i) {
+    if (auto n = node_weight(static_cast<int>(i), true)) nodes.push_back(*n);
+  });
+  return apply(true, nodes, why);
 }
 
 }  // namespace planc::slurm
