@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "test/unit/test_config.h"
 
 namespace planc {
@@ -101,6 +103,60 @@ TEST(StarvationQueueTest, ScheduleMovesAJobItHolds) {
   EXPECT_EQ(q.size(), 1u);
   EXPECT_EQ(q.take_due(kNow + 5), (std::vector<uint32_t>{7})) << "once, at its new time";
   EXPECT_TRUE(q.take_due(kNow + 100).empty()) << "not at its old one";
+}
+
+TEST(StarvationQueueTest, AJobMovedAwayAndBackIsTakenOnce) {
+  StarvationQueue q;
+  q.walked(kNow, 50, {{7, kNow + 10}, {8, kNow + 20}}, {});
+  q.schedule(7, kNow + 100);
+  q.schedule(7, kNow + 10);  // two heap entries at kNow + 10 now
+  EXPECT_EQ(q.take_due(kNow + 10), (std::vector<uint32_t>{7}));
+  EXPECT_EQ(q.take_due(kNow + 100), (std::vector<uint32_t>{8}));
+  EXPECT_EQ(q.size(), 0u);
+  // Taken, then put back: held again, once.
+  q.schedule(7, kNow + 30);
+  EXPECT_EQ(q.size(), 1u);
+  EXPECT_EQ(q.take_due(kNow + 1000), (std::vector<uint32_t>{7}));
+}
+
+TEST(StarvationQueueTest, JobsDueAtOnceComeOlderJobFirstAndIdsOutOfOrderAreKept) {
+  StarvationQueue q;
+  // A walk lists jobs in slurmctld's order, not by id; a job listed twice
+  // keeps its last due time.
+  q.walked(kNow, 50, {{30, kNow}, {10, kNow}, {20, kNow}, {10, kNow + 5}}, {});
+  EXPECT_EQ(q.size(), 3u);
+  // An id below those held (the id space wrapped).
+  q.schedule(5, kNow);
+  EXPECT_EQ(q.take_due(kNow), (std::vector<uint32_t>{5, 20, 30}));
+  EXPECT_EQ(q.take_due(kNow + 5), (std::vector<uint32_t>{10}));
+}
+
+TEST(StarvationQueueTest, TakenPlacesAndStaleEntriesDoNotPileUp) {
+  StarvationQueue q;
+  std::vector<StarvationQueue::Entry> jobs;
+  for (uint32_t id = 1; id <= 100; id++) jobs.push_back({id, kNow + id});
+  q.walked(kNow, 101, jobs, {});
+  // Scans take some and put them back later; jobs move again and again
+  // (each move leaves a stale heap entry); new ids come and are taken for
+  // good (each leaves a taken place by id).
+  time_t t = kNow;
+  uint32_t next = 101;
+  for (int scan = 0; scan < 3000; scan++, t += 30) {
+    for (uint32_t id : q.take_due(t, 20))
+      if (id <= 100) q.schedule(id, t + 600);
+    for (uint32_t id = 1; id <= 100; id += 7) q.schedule(id, t + 300 + scan % 2);
+    q.schedule(next++, t);
+  }
+  const size_t held = q.size();
+  EXPECT_GE(held, 100u);
+  EXPECT_LE(q.slots(), 4 * held + 1024);
+  // Everything still comes out once.
+  std::vector<uint32_t> all = q.take_due(t + 100000);
+  EXPECT_EQ(all.size(), held);
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());
+  EXPECT_EQ(all.front(), 1u);
+  EXPECT_EQ(q.size(), 0u);
 }
 
 TEST(StarvationQueueTest, WalksAgainEveryWalkIntervalAndWhenItCannotKeepUp) {
