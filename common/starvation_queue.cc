@@ -1,6 +1,7 @@
 #include "common/starvation_queue.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace planc {
@@ -37,54 +38,94 @@ std::vector<IdRange> StarvationQueue::new_ids(uint32_t next_id, uint32_t first_j
 
 namespace {
 
-// The heap's order: the earliest due first, then the lowest job id (the
-// older job of two eligible at once).  std::*_heap keep the greatest on
-// top, so "less" here is "later".
-bool later(const StarvationQueue::Entry& a, const StarvationQueue::Entry& b) {
-  return a.due != b.due ? a.due > b.due : a.job_id > b.job_id;
-}
-
-bool id_less(const StarvationQueue::Entry& a, const StarvationQueue::Entry& b) {
+template <typename S>
+bool id_less(const S& a, const S& b) {
   return a.job_id < b.job_id;
 }
+
+// The heap's order: the earliest due first, then the one scheduled first.
+// std::*_heap keep the greatest on top, so "less" here is "later".
+template <typename S>
+bool later(const S& a, const S& b) {
+  return a.due != b.due ? a.due > b.due : a.seq > b.seq;
+}
+
+// Past this, compact_if_sparse() numbers the jobs afresh.
+constexpr uint32_t kSeqLimit = 0xf0000000u;
 
 }  // namespace
 
 void StarvationQueue::walked(time_t now, uint32_t next_id, const std::vector<Entry>& jobs,
                              const std::vector<uint32_t>& marked) {
-  // Fresh arrays of the walk's size (not cleared ones): the memory follows
-  // the queue down as well as up.
-  std::vector<Entry> by_id(jobs);
-  std::stable_sort(by_id.begin(), by_id.end(), id_less);
-  // A job seen twice keeps its last due (as schedule() would).
-  auto last = std::unique(by_id.rbegin(), by_id.rend(),
-                          [](const Entry& a, const Entry& b) { return a.job_id == b.job_id; });
-  by_id.erase(by_id.begin(), last.base());
-  by_id.shrink_to_fit();
-  std::vector<Entry> heap(by_id);
-  std::make_heap(heap.begin(), heap.end(), later);
-  by_id_.swap(by_id);
-  heap_.swap(heap);
-  live_ = by_id_.size();
+  std::vector<Slot> held;
+  held.reserve(jobs.size());
+  for (uint32_t i = 0; i < jobs.size(); i++) held.push_back({jobs[i].due, jobs[i].job_id, i});
+  std::stable_sort(held.begin(), held.end(), id_less<Slot>);
+  // A job listed twice ends where schedule() would have put it: at its
+  // last due, in its place from when it came to that due.
+  size_t n = 0;
+  for (const Slot& s : held) {
+    if (n && held[n - 1].job_id == s.job_id) {
+      if (held[n - 1].due != s.due) held[n - 1] = s;
+      continue;
+    }
+    held[n++] = s;
+  }
+  held.resize(n);
+  rebuild(std::move(held));
   marked_now(marked);
   known_ = true;
   last_walk_ = now;
   looked(next_id);
 }
 
-StarvationQueue::Entry* StarvationQueue::find(uint32_t job_id) {
-  auto it = std::lower_bound(by_id_.begin(), by_id_.end(), Entry{job_id, 0}, id_less);
-  return it != by_id_.end() && it->job_id == job_id ? &*it : nullptr;
+void StarvationQueue::rebuild(std::vector<Slot> held) {
+  // In the heap's order, numbered afresh: sorted earliest first is a valid
+  // heap.  Fresh arrays of the queue's size: the memory follows it down as
+  // well as up.
+  std::sort(held.begin(), held.end(), [](const Slot& a, const Slot& b) { return later(b, a); });
+  for (uint32_t i = 0; i < held.size(); i++) held[i].seq = i;
+  std::vector<Slot> heap(held);
+  std::sort(held.begin(), held.end(), id_less<Slot>);
+  held.shrink_to_fit();
+  by_id_.swap(held);
+  heap_.swap(heap);
+  std::vector<Slot>().swap(recent_);
+  live_ = by_id_.size();
+  next_seq_ = static_cast<uint32_t>(live_);
+}
+
+StarvationQueue::Slot* StarvationQueue::find(uint32_t job_id) {
+  for (std::vector<Slot>* v : {&by_id_, &recent_}) {
+    auto it = std::lower_bound(v->begin(), v->end(), Slot{0, job_id, 0}, id_less<Slot>);
+    if (it != v->end() && it->job_id == job_id) return &*it;
+  }
+  return nullptr;
+}
+
+void StarvationQueue::insert(const Slot& s) {
+  if (by_id_.empty() || s.job_id > by_id_.back().job_id) {
+    by_id_.push_back(s);  // a new id: nearly always
+    return;
+  }
+  recent_.insert(std::upper_bound(recent_.begin(), recent_.end(), s, id_less<Slot>), s);
+  if (recent_.size() < kRecentMax) return;
+  std::vector<Slot> merged;
+  merged.reserve(by_id_.size() + recent_.size());
+  std::merge(by_id_.begin(), by_id_.end(), recent_.begin(), recent_.end(),
+             std::back_inserter(merged), id_less<Slot>);
+  by_id_.swap(merged);
+  recent_.clear();
 }
 
 std::vector<uint32_t> StarvationQueue::take_due(time_t now, size_t limit) {
   std::vector<uint32_t> out;
   while (!heap_.empty() && heap_.front().due <= now && out.size() < limit) {
-    const Entry top = heap_.front();
-    std::pop_heap(heap_.begin(), heap_.end(), later);
+    const Slot top = heap_.front();
+    std::pop_heap(heap_.begin(), heap_.end(), later<Slot>);
     heap_.pop_back();
-    Entry* held = find(top.job_id);
-    if (!held || held->due != top.due) continue;  // stale: moved or taken
+    Slot* held = find(top.job_id);
+    if (!held || held->seq != top.seq || held->due != top.due) continue;  // stale
     held->due = kTaken;
     --live_;
     out.push_back(top.job_id);
@@ -94,32 +135,31 @@ std::vector<uint32_t> StarvationQueue::take_due(time_t now, size_t limit) {
 }
 
 void StarvationQueue::schedule(uint32_t job_id, time_t due) {
-  Entry* held = find(job_id);
-  if (held && held->due == due) return;
+  Slot* held = find(job_id);
+  if (held && held->due == due) return;  // keeps its place
+  const Slot s{due, job_id, next_seq_++};
   if (held) {
     if (held->due == kTaken) ++live_;
-    held->due = due;  // its old heap entry, if any, is stale now
+    *held = s;  // its old heap entry, if any, is stale now
   } else {
-    // New ids come in rising order, so this is nearly always an append.
-    auto at = std::upper_bound(by_id_.begin(), by_id_.end(), Entry{job_id, 0}, id_less);
-    by_id_.insert(at, Entry{job_id, due});
+    insert(s);
     ++live_;
   }
-  heap_.push_back(Entry{job_id, due});
-  std::push_heap(heap_.begin(), heap_.end(), later);
+  heap_.push_back(s);
+  std::push_heap(heap_.begin(), heap_.end(), later<Slot>);
   compact_if_sparse();
 }
 
 void StarvationQueue::compact_if_sparse() {
-  if (by_id_.size() + heap_.size() <= 4 * live_ + 1024) return;
-  std::vector<Entry> by_id;
-  by_id.reserve(live_);
-  for (const Entry& e : by_id_)
-    if (e.due != kTaken) by_id.push_back(e);
-  std::vector<Entry> heap(by_id);
-  std::make_heap(heap.begin(), heap.end(), later);
-  by_id_.swap(by_id);
-  heap_.swap(heap);
+  if (slots() <= 4 * live_ + 1024 && next_seq_ < kSeqLimit) return;
+  std::vector<Slot> held;
+  held.reserve(live_);
+  std::merge(by_id_.begin(), by_id_.end(), recent_.begin(), recent_.end(), std::back_inserter(held),
+             id_less<Slot>);
+  held.erase(
+      std::remove_if(held.begin(), held.end(), [](const Slot& s) { return s.due == kTaken; }),
+      held.end());
+  rebuild(std::move(held));
 }
 
 }  // namespace planc

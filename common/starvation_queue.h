@@ -38,7 +38,8 @@
 // StarvationMaxPercent of the GPUs): kept apart and looked at every scan.
 //
 // Memory: two flat arrays of 16 bytes a job (by id, and a heap by due
-// time), rebuilt to the walk's size at each walk; no allocation per job.
+// time and the order jobs were scheduled in), rebuilt to the walk's size
+// at each walk; no allocation per job.
 // At 100,000 pending jobs that is about 3 MB in two blocks, where node-based
 // containers (a multimap and a hash map) took about 7.5 MB in 200,000 small
 // allocations made afresh at each walk among the walk's own temporaries.
@@ -96,8 +97,9 @@ class StarvationQueue {
   // After a scan without a walk: every id below `next_id` has been seen.
   void looked(uint32_t next_id) { seen_high_ = next_id ? next_id - 1 : 0; }
 
-  // Takes the jobs due at `now`, earliest first, at most `limit`; each
-  // goes back through schedule() or leaves.
+  // Takes the jobs due at `now`, earliest first (among equal due times in
+  // the order they were scheduled: a job put back goes behind the others),
+  // at most `limit`; each goes back through schedule() or leaves.
   std::vector<uint32_t> take_due(time_t now, size_t limit = SIZE_MAX);
   // How many a scan takes (see above).
   static size_t take_at_most(const PlancConfig& cfg) {
@@ -116,30 +118,45 @@ class StarvationQueue {
   // The jobs held (taken ones leave until scheduled again).
   size_t size() const { return live_; }
   time_t last_walk() const { return last_walk_; }
-  // Entries in the two arrays, held or not (taken jobs' places by id and
+  // Entries in the arrays, held or not (taken jobs' places by id and
   // moved jobs' old places in the heap, until they are compacted away):
   // for tests.
-  size_t slots() const { return by_id_.size() + heap_.size(); }
+  size_t slots() const { return by_id_.size() + recent_.size() + heap_.size(); }
+  // Ids that came in below the largest held (after the id space wrapped)
+  // wait in a small sorted array of at most this many, then are merged in.
+  static constexpr size_t kRecentMax = 1024;
 
  private:
+  struct Slot {
+    time_t due;
+    uint32_t job_id;
+    uint32_t seq;  // when it was scheduled: the order among equal due times
+  };
   // A job's place by id while it is taken (not held).
   static constexpr time_t kTaken = std::numeric_limits<time_t>::min();
   // Sorted by job_id.  A taken job keeps its place (due kTaken) until the
   // next walk or compaction, so that putting it back does not move others.
-  std::vector<Entry> by_id_;
-  // A min-heap by (due, job_id).  An entry whose due is no longer its
-  // job's (the job was moved or taken) is stale and skipped.
-  std::vector<Entry> heap_;
+  std::vector<Slot> by_id_;
+  // Sorted by job_id, every id below by_id_'s last (new ids nearly always
+  // come above it and are appended to by_id_).
+  std::vector<Slot> recent_;
+  // A min-heap by (due, seq).  An entry that is no longer its job's
+  // (another seq: the job was moved or taken) is stale and skipped.
+  std::vector<Slot> heap_;
   size_t live_ = 0;
+  uint32_t next_seq_ = 0;
   bool known_ = false;
   time_t last_walk_ = 0;
   uint32_t seen_high_ = 0;
   std::set<uint32_t> marked_;
 
-  Entry* find(uint32_t job_id);
-  // Drops taken places and stale heap entries once they outnumber the
-  // jobs held.
+  Slot* find(uint32_t job_id);
+  void insert(const Slot& s);
+  // Rebuilds the arrays from the jobs held, numbering them afresh in their
+  // order: when taken places and stale heap entries outnumber the jobs
+  // held, or the numbering runs out.
   void compact_if_sparse();
+  void rebuild(std::vector<Slot> held);
 };
 
 }  // namespace planc

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <random>
+#include <unordered_map>
 
 #include "test/unit/test_config.h"
 
@@ -119,7 +122,7 @@ TEST(StarvationQueueTest, AJobMovedAwayAndBackIsTakenOnce) {
   EXPECT_EQ(q.take_due(kNow + 1000), (std::vector<uint32_t>{7}));
 }
 
-TEST(StarvationQueueTest, JobsDueAtOnceComeOlderJobFirstAndIdsOutOfOrderAreKept) {
+TEST(StarvationQueueTest, JobsDueAtOnceComeInTheOrderTheyWereScheduled) {
   StarvationQueue q;
   // A walk lists jobs in slurmctld's order, not by id; a job listed twice
   // keeps its last due time.
@@ -127,8 +130,113 @@ TEST(StarvationQueueTest, JobsDueAtOnceComeOlderJobFirstAndIdsOutOfOrderAreKept)
   EXPECT_EQ(q.size(), 3u);
   // An id below those held (the id space wrapped).
   q.schedule(5, kNow);
-  EXPECT_EQ(q.take_due(kNow), (std::vector<uint32_t>{5, 20, 30}));
+  EXPECT_EQ(q.take_due(kNow), (std::vector<uint32_t>{30, 20, 5}));
   EXPECT_EQ(q.take_due(kNow + 5), (std::vector<uint32_t>{10}));
+}
+
+TEST(StarvationQueueTest, AJobMovedAwayAndBackGoesBehindTheOthersOfItsTime) {
+  StarvationQueue q;
+  q.walked(kNow, 50, {{1, kNow}, {2, kNow}}, {});
+  q.schedule(1, kNow + 100);
+  q.schedule(1, kNow);
+  EXPECT_EQ(q.take_due(kNow), (std::vector<uint32_t>{2, 1}));
+}
+
+TEST(StarvationQueueTest, JobsPutBackAtTheSameDueTimeGoBehindTheOthers) {
+  // A scan that takes at most 2 of 3 starved jobs due at the same second
+  // (a bulk submission) and puts both back comes to the third next.
+  StarvationQueue q;
+  q.walked(kNow, 50, {{1, kNow - 10}, {2, kNow - 10}, {3, kNow - 10}}, {});
+  EXPECT_EQ(q.take_due(kNow, 2), (std::vector<uint32_t>{1, 2}));
+  q.schedule(1, kNow - 10);
+  q.schedule(2, kNow - 10);
+  EXPECT_EQ(q.take_due(kNow, 2), (std::vector<uint32_t>{3, 1}));
+}
+
+// The queue as it was built first (a multimap by due time and a hash map
+// by id), as the reference the flat one must agree with call by call.
+class ReferenceQueue {
+ public:
+  void walked(const std::vector<StarvationQueue::Entry>& jobs) {
+    by_due_.clear();
+    due_of_.clear();
+    for (const auto& e : jobs) schedule(e.job_id, e.due);
+  }
+  std::vector<uint32_t> take_due(time_t now, size_t limit) {
+    std::vector<uint32_t> out;
+    auto end = by_due_.upper_bound(now);
+    auto it = by_due_.begin();
+    for (; it != end && out.size() < limit; ++it) {
+      out.push_back(it->second);
+      due_of_.erase(it->second);
+    }
+    by_due_.erase(by_due_.begin(), it);
+    return out;
+  }
+  void schedule(uint32_t job_id, time_t due) {
+    auto [it, added] = due_of_.try_emplace(job_id, due);
+    if (!added) {
+      if (it->second == due) return;
+      auto range = by_due_.equal_range(it->second);
+      for (auto j = range.first; j != range.second; ++j)
+        if (j->second == job_id) {
+          by_due_.erase(j);
+          break;
+        }
+      it->second = due;
+    }
+    by_due_.emplace(due, job_id);
+  }
+  size_t size() const { return due_of_.size(); }
+
+ private:
+  std::multimap<time_t, uint32_t> by_due_;
+  std::unordered_map<uint32_t, time_t> due_of_;
+};
+
+// Random walks, takes and moves, ids rising as slurmctld hands them out
+// and, in the second half, wrapped below those held: the same jobs, in the
+// same order, after every call.
+TEST(StarvationQueueTest, AgreesWithTheReferenceCallByCall) {
+  std::mt19937 rng(20261205);
+  auto pick = [&rng](uint32_t lo, uint32_t hi) {
+    return std::uniform_int_distribution<uint32_t>(lo, hi)(rng);
+  };
+  StarvationQueue q;
+  ReferenceQueue ref;
+  time_t t = kNow;
+  uint32_t next = 100000;
+  uint32_t low = 1;
+  for (int step = 0; step < 60000; step++) {
+    const uint32_t op = pick(0, 999);
+    if (op < 2) {
+      std::vector<StarvationQueue::Entry> jobs;
+      const uint32_t n = pick(0, 3000);
+      for (uint32_t i = 0; i < n; i++)
+        jobs.push_back({pick(next - 5000, next), t + static_cast<time_t>(pick(0, 8)) - 4});
+      q.walked(t, next, jobs, {});
+      ref.walked(jobs);
+    } else if (op < 300) {
+      const size_t limit = pick(0, 300);
+      t += pick(0, 3);
+      ASSERT_EQ(q.take_due(t, limit), ref.take_due(t, limit)) << "step " << step;
+    } else {
+      uint32_t id;
+      if (op < 600)
+        id = pick(next - 60, next);  // a job it may hold: moved, or put back
+      else if (op < 800 || step < 30000)
+        id = ++next;  // a new id
+      else
+        id = low++;  // a new id after the id space wrapped
+      // Few distinct due times: many ties, whose order is checked too.
+      const time_t due = t + 5 * static_cast<time_t>(pick(0, 8)) - 2;
+      q.schedule(id, due);
+      ref.schedule(id, due);
+    }
+    ASSERT_EQ(q.size(), ref.size()) << "step " << step;
+  }
+  EXPECT_GT(low, StarvationQueue::kRecentMax) << "ids below those held were merged in";
+  EXPECT_EQ(q.take_due(t + 1000), ref.take_due(t + 1000, SIZE_MAX));
 }
 
 TEST(StarvationQueueTest, TakenPlacesAndStaleEntriesDoNotPileUp) {
