@@ -72,27 +72,32 @@ void StarvationQueue::walked(time_t now, uint32_t next_id, const std::vector<Ent
     held[n++] = s;
   }
   held.resize(n);
-  rebuild(std::move(held));
+  // Numbered by their place in the walk already.
+  next_seq_ = static_cast<uint32_t>(jobs.size());
+  rebuild(std::move(held), false);
   marked_now(marked);
   known_ = true;
   last_walk_ = now;
   looked(next_id);
 }
 
-void StarvationQueue::rebuild(std::vector<Slot> held) {
-  // In the heap's order, numbered afresh: sorted earliest first is a valid
-  // heap.  Fresh arrays of the queue's size: the memory follows it down as
-  // well as up.
-  std::sort(held.begin(), held.end(), [](const Slot& a, const Slot& b) { return later(b, a); });
-  for (uint32_t i = 0; i < held.size(); i++) held[i].seq = i;
-  std::vector<Slot> heap(held);
-  std::sort(held.begin(), held.end(), id_less<Slot>);
+void StarvationQueue::rebuild(std::vector<Slot> held, bool renumber) {
+  if (renumber) {
+    // In the heap's order, from 0.
+    std::sort(held.begin(), held.end(), [](const Slot& a, const Slot& b) { return later(b, a); });
+    for (uint32_t i = 0; i < held.size(); i++) held[i].seq = i;
+    next_seq_ = static_cast<uint32_t>(held.size());
+    std::sort(held.begin(), held.end(), id_less<Slot>);
+  }
+  // Fresh arrays of the queue's size: the memory follows it down as well
+  // as up.
   held.shrink_to_fit();
+  std::vector<Slot> heap(held);
+  std::make_heap(heap.begin(), heap.end(), later<Slot>);
   by_id_.swap(held);
   heap_.swap(heap);
   std::vector<Slot>().swap(recent_);
   live_ = by_id_.size();
-  next_seq_ = static_cast<uint32_t>(live_);
 }
 
 StarvationQueue::Slot* StarvationQueue::find(uint32_t job_id) {
@@ -109,7 +114,10 @@ void StarvationQueue::insert(const Slot& s) {
     return;
   }
   recent_.insert(std::upper_bound(recent_.begin(), recent_.end(), s, id_less<Slot>), s);
-  if (recent_.size() < kRecentMax) return;
+  if (recent_.size() >= kRecentMax) merge_recent();
+}
+
+void StarvationQueue::merge_recent() {
   std::vector<Slot> merged;
   merged.reserve(by_id_.size() + recent_.size());
   std::merge(by_id_.begin(), by_id_.end(), recent_.begin(), recent_.end(),
@@ -152,14 +160,12 @@ void StarvationQueue::schedule(uint32_t job_id, time_t due) {
 
 void StarvationQueue::compact_if_sparse() {
   if (slots() <= 4 * live_ + 1024 && next_seq_ < kSeqLimit) return;
+  merge_recent();
   std::vector<Slot> held;
   held.reserve(live_);
-  std::merge(by_id_.begin(), by_id_.end(), recent_.begin(), recent_.end(), std::back_inserter(held),
-             id_less<Slot>);
-  held.erase(
-      std::remove_if(held.begin(), held.end(), [](const Slot& s) { return s.due == kTaken; }),
-      held.end());
-  rebuild(std::move(held));
+  std::copy_if(by_id_.begin(), by_id_.end(), std::back_inserter(held),
+               [](const Slot& s) { return s.due != kTaken; });
+  rebuild(std::move(held), true);
 }
 
 }  // namespace planc

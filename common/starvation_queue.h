@@ -152,11 +152,14 @@ class StarvationQueue {
 
   Slot* find(uint32_t job_id);
   void insert(const Slot& s);
-  // Rebuilds the arrays from the jobs held, numbering them afresh in their
-  // order: when taken places and stale heap entries outnumber the jobs
+  // recent_ into by_id_.
+  void merge_recent();
+  // Drops taken places and stale heap entries when they outnumber the jobs
   // held, or the numbering runs out.
   void compact_if_sparse();
-  void rebuild(std::vector<Slot> held);
+  // The arrays from the jobs held (`held` sorted by id), numbered afresh
+  // in their order when `renumber`.
+  void rebuild(std::vector<Slot> held, bool renumber);
 };
 
 }  // namespace planc
