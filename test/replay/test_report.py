@@ -478,6 +478,25 @@ def test_the_worst_p3_hours_name_their_preemptors_from_slurmctlds_log(basic):
             in R._run_section(run, k, []))
 
 
+def test_a_run_past_its_time_limit_or_killed_by_a_preemption_frees_its_nodes(basic):
+    # Neither ends with a _job_complete line in slurmctld's log: job 11's
+    # time limit (1010) and job 14 killed for job 12 (1020, not requeued).
+    # Their nodes are free from then: what start lateness and the spread of
+    # guaranteed work count from.
+    with open(os.path.join(basic, "slurmctld.log"), "w") as f:
+        f.write("[1970-01-01T00:16:40.000] _slurm_rpc_submit_batch_job: JobId=11 InitPrio=1 usec=1\n"
+                "[1970-01-01T00:16:40.100] sched: Allocate JobId=11 NodeList=gpu1 #CPUs=1\n"
+                "[1970-01-01T00:16:40.200] sched: Allocate JobId=14 NodeList=gpu2 #CPUs=1\n"
+                "[1970-01-01T00:16:50.000] Time limit exhausted for JobId=11\n"
+                "[1970-01-01T00:17:00.000] preempted JobId=14 has been killed to reclaim "
+                "resources for JobId=12\n"
+                "[1970-01-01T00:17:10.000] sched: Allocate JobId=12 NodeList=gpu[1-2] #CPUs=2\n")
+    run = R.Run(basic)
+    frees = [(e["job_id"], e["time"], e["nodes"]) for e in R.log_events(run) if e["kind"] == "free"]
+    assert frees == [("11", 1010.0, ["gpu1"]), ("14", 1020.0, ["gpu2"])]
+    assert R.log_preemptions(run) == [{"time": 1020.0, "job_id": "14", "by": "12"}]
+
+
 def test_the_spread_of_guaranteed_work_at_whole_node_submissions(tmp_path):
     # Nodes of 4 GPUs here.  Two 1-GPU guaranteed jobs run on gpu1 and gpu2
     # when the 4-GPU P0 job 23 is submitted (1095): 2 nodes hold guaranteed

@@ -648,6 +648,8 @@ _LOG_EVENTS = (
     ("start", "backfill", re.compile(r"^sched/backfill: _start_job: Started JobId=(\d+) in \S+ on (\S+)")),
     ("free", None, re.compile(r"^_job_complete: JobId=(\d+) done")),
     ("free", None, re.compile(r"^Requeuing JobId=(\d+)")),
+    # a run past its time limit: slurmctld kills it without a _job_complete line
+    ("free", None, re.compile(r"^Time limit exhausted for JobId=(\d+)")),
     ("submit", None, re.compile(r"^_slurm_rpc_submit_batch_job: JobId=(\d+) ")),
 )
 # Slurm's own line for every preemption that took effect (preempt.c), under
@@ -705,6 +707,10 @@ def log_events(run: Run) -> Optional[List[Dict]]:
                 t = datetime.datetime.fromisoformat(m.group(1)).replace(
                     tzinfo=datetime.timezone.utc).timestamp()
                 preemptions.append({"time": t, "job_id": p.group(1), "by": p.group(2)})
+                # a victim that may not be requeued is killed: no other line frees it
+                if p.group(0).find("has been killed") >= 0 and p.group(1) in nodes_of:
+                    events.append({"kind": "free", "time": t, "nodes": nodes_of[p.group(1)],
+                                   "job_id": p.group(1)})
                 continue
             for kind, by, pat in _LOG_EVENTS:
                 e = pat.match(m.group(2))
