@@ -53,6 +53,11 @@ struct BillFilter {
   bool unmeasured = false;  // only bills planc-bill measure has not measured yet
 };
 
+// Bills jobcomp/planc's worker writes in one transaction, at most: a spool
+// file with more (a backlog) is stored in batches of this many, each priced
+// while the one before is written.
+inline constexpr size_t kBillsPerTransaction = 5000;
+
 class BillStore {
  public:
   // `conninfo`: a libpq connection string or "service=NAME"; empty means

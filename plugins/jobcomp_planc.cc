@@ -60,7 +60,6 @@ namespace {
 using planc::Bill;
 using planc::Segment;
 
-constexpr size_t kBatch = 5000;  // bills per transaction
 constexpr auto kMetricsInterval = std::chrono::seconds(5);
 
 bool g_in_ctld = false;
@@ -186,7 +185,7 @@ bool store_file(planc::BillStore& store, const PendingFile& f, std::string* prob
   // PostgreSQL's answer decides (common/bill_store.h): kRefused bills are
   // set aside, anything else keeps the file for the next try.
   auto write = [&store](const planc::BillBatch& bills) { return store.write(bills); };
-  auto r = f.spool->store(f.seq, price, write, kBatch, "jobcomp");
+  auto r = f.spool->store(f.seq, price, write, planc::kBillsPerTransaction, "jobcomp");
   if (!r.ok() && r.code() == planc::ErrorCode::kNotFound) {
     // Removed by hand meanwhile: nothing to store, nothing to wait for.
     error("%s: %s; skipped", plugin_type, r.error().c_str());

@@ -16,13 +16,15 @@
 //     alternate raw, planc, planc, raw, ...
 //
 //   jobcomp_bench CONNINFO [--segments N] [--sync-segments N] [--ingest N] [--rounds R]
-//                [--ingest-only 1] [--serial 1] [--render-only 1]
+//                [--ingest-only 1] [--serial 1] [--render-only 1] [--batch N]
 // CONNINFO must reach a database with sql/ applied, as a role that may
 // TRUNCATE planc.bill (a private cluster's postgres).  Destroys its bills.
 // --serial 1: figure 2's writer in one thread, each batch parsed and priced
 // before it is written (the baseline of the worker's overlap).
 // --render-only 1: figure 3 alone (CONNINFO is not used): the writer's CPU
 // a bill without a database, per stage.
+// --batch N: figure 2's writer stores N bills a transaction instead of
+// jobcomp/planc's kBillsPerTransaction.
 // --ingest-only 1: figure 2 alone, into a table that keeps the bills it
 // holds (test/bench/bench-bills loads millions first): the runs start this
 // hour, under cluster "bench", and only those are deleted between rounds.
@@ -193,7 +195,7 @@ int render(const planc::PlancConfig& cfg, const std::vector<planc::Segment>& seg
 // Figure 2.  `keep`: the table keeps what it holds (only the bench's own
 // cluster's rows are deleted between rounds), and the runs start now.
 int ingest(const char* conninfo, const planc::PlancConfig& cfg, std::vector<planc::Segment> segs,
-           size_t n_ingest, int rounds, bool keep, bool serial) {
+           size_t n_ingest, int rounds, bool keep, bool serial, size_t per_transaction) {
   PGconn* pg = connect(conninfo);
   exec(pg, "SET TIME ZONE 'UTC'");
   const char* empty = keep ? "DELETE FROM planc.bill WHERE cluster = 'bench';"
@@ -249,7 +251,7 @@ int ingest(const char* conninfo, const planc::PlancConfig& cfg, std::vector<plan
           auto seg = planc::parse_segment(lines[i]);
           if (!seg.ok()) die(seg.error());
           batch.push_back(planc::price_segment(cfg, seg.value()));
-          if (batch.size() == 5000 || i + 1 == n_ingest) {
+          if (batch.size() == per_transaction || i + 1 == n_ingest) {
             auto w = store.write(batch, "jobcomp");
             if (!w.ok()) die(w.error());
             batch.clear();
@@ -257,11 +259,11 @@ int ingest(const char* conninfo, const planc::PlancConfig& cfg, std::vector<plan
         }
       } else {
         // jobcomp/planc's worker: one closed spool file read, parsed,
-        // priced and written in batches of 5000 (Spool::store, the next
-        // batch priced while one is written), then removed.
+        // priced and written in batches (Spool::store, the next batch
+        // priced while one is written), then removed.
         auto w = spool.store(
             1, [&](planc::Segment seg) { return planc::price_segment(cfg, seg); },
-            [&](const planc::BillBatch& b) { return store.write(b); }, 5000, "jobcomp");
+            [&](const planc::BillBatch& b) { return store.write(b); }, per_transaction, "jobcomp");
         if (!w.ok()) die(w.error());
         if (w.value().records != n_ingest) die("the spool file lost records");
       }
@@ -279,8 +281,9 @@ int ingest(const char* conninfo, const planc::PlancConfig& cfg, std::vector<plan
   };
   double rr = median(raw_rate), pr = median(planc_rate);
   std::printf(
-      "ingest: planc%s %.0f/s, raw COPY %.0f/s, ratio %.2f (medians of %d; target >= 0.80)\n",
-      serial ? " (serial)" : "", pr, rr, pr / rr, rounds);
+      "ingest: planc%s %.0f/s, raw COPY %.0f/s, ratio %.2f (medians of %d, %zu bills a"
+      " transaction; target >= 0.80)\n",
+      serial ? " (serial)" : "", pr, rr, pr / rr, rounds, per_transaction);
   exec(pg, empty);
   PQfinish(pg);
   unlink(spool.path(1).c_str());
@@ -298,6 +301,7 @@ int main(int argc, char** argv) {
   size_t n_cb = 100000, n_sync = 10000, n_ingest = 100000;
   int rounds = 2;
   bool ingest_only = false, serial = false, render_only = false;
+  size_t per_transaction = planc::kBillsPerTransaction;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     size_t v = std::strtoull(argv[i + 1], nullptr, 10);
@@ -315,6 +319,8 @@ int main(int argc, char** argv) {
       serial = v != 0;
     else if (k == "--render-only")
       render_only = v != 0;
+    else if (k == "--batch" && v)
+      per_transaction = v;
     else
       die("unknown option " + k);
   }
@@ -324,7 +330,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < std::max(n_cb, n_ingest); i++)
     segs.push_back(sample(static_cast<uint32_t>(i)));
   if (render_only) return render(cfg, segs, n_ingest, rounds);
-  if (ingest_only) return ingest(conninfo, cfg, std::move(segs), n_ingest, rounds, true, serial);
+  if (ingest_only)
+    return ingest(conninfo, cfg, std::move(segs), n_ingest, rounds, true, serial, per_transaction);
 
   // --- 1. callback: serialize + one locked append ---------------------------------
   // Five passes over the segments into fresh spool files; the median pass's
@@ -410,5 +417,5 @@ int main(int argc, char** argv) {
 
   // --- 2. ingest ---------------------------------------------------------------------
   PQfinish(pg);
-  return ingest(conninfo, cfg, std::move(segs), n_ingest, rounds, false, serial);
+  return ingest(conninfo, cfg, std::move(segs), n_ingest, rounds, false, serial, per_transaction);
 }
