@@ -473,7 +473,8 @@ def test_the_worst_p3_hours_name_their_preemptors_from_slurmctlds_log(basic):
                                       {"time": 1100.0, "job_id": "11", "by": "12"}]
     worst = R.worst_p3_hours(run, k)
     assert worst == [{"hour": 0, "preempted": 1, "ran": 2, "rate": 0.5, "by": [
-        {"job_id": "12", "tier": "P0", "gpus": 4, "victims": [("14", 2)]}]}]
+        {"job_id": "12", "tier": "P0", "gpus": 4, "victims": [("14", 2)],
+         "fewest_p3": None}]}]  # run.json names no node count: no whole-node look
     assert ("Trace hour 0: 1 of 2 P3 runs preempted (50.0%); job 12 (P0, 4 GPUs) took 14 (2)."
             in R._run_section(run, k, []))
 
@@ -495,6 +496,71 @@ def test_a_run_past_its_time_limit_or_killed_by_a_preemption_frees_its_nodes(bas
     frees = [(e["job_id"], e["time"], e["nodes"]) for e in R.log_events(run) if e["kind"] == "free"]
     assert frees == [("11", 1010.0, ["gpu1"]), ("14", 1020.0, ["gpu2"])]
     assert R.log_preemptions(run) == [{"time": 1020.0, "job_id": "14", "by": "12"}]
+
+
+def test_the_fewest_p3_runs_a_whole_node_guaranteed_job_could_have_cleared(tmp_path):
+    # Nodes of 4 GPUs.  At 1100 the 4-GPU P1 job 24 preempts: gpu1 holds a
+    # P1 job (never cleared), gpu2 two P3 runs, gpu3 one P2 run, gpu4 one
+    # P3 run and one P2 run.  One node at the fewest P3 runs: gpu3, none.
+    # With gpu3's P2 job capped (3 preemptions in the window), gpu4's one.
+    # Two nodes (job 26, 8 GPUs, at 1200 when gpu1 is clear): gpu1 and gpu3.
+    # (Job 29, a P3 run on a fifth node, gpu5, is 24's victim in the log.)
+    jobs = [("w1", 21, "P1", 1, 1000, 1000, 1001, 1150, "COMPLETED", 0),
+            ("w2", 22, "P3", 2, 1000, 1000, 1002, 1360, "CANCELLED", 0),
+            ("w3", 23, "P3", 2, 1000, 1000, 1003, 1360, "CANCELLED", 0),
+            ("w4", 24, "P1", 4, 1099, 1099, 1101, 1360, "CANCELLED", 0),
+            ("w5", 25, "P2", 4, 1000, 1000, 1004, 1360, "CANCELLED", 0),
+            ("w6", 26, "P0", 8, 1199, 1199, "", 1360, "CANCELLED", 0),
+            ("w7", 27, "P3", 1, 1000, 1000, 1005, 1360, "CANCELLED", 0),
+            ("w8", 28, "P2", 1, 1000, 1000, 1006, 1360, "CANCELLED", 0),
+            ("w9", 29, "P3", 1, 1000, 1000, 1000, 1360, "CANCELLED", 0)]
+    bills = [(j[1], 0, j[2], j[6] or 1360, 1360, "CANCELLED", j[3], 10 if j[6] else 0,
+              "" if j[6] else "never ran") for j in jobs]
+    meta = dict(META, nodes=4, gpus_total=16, clocks={"PreemptWindow": 100})
+    d = write_run(str(tmp_path / "planc-1"), meta=meta, jobs=jobs, bills=bills)
+    run = R.Run(d)
+    assert R.fewest_p3_to_clear(run, "24", 1100.0) is None  # no log
+    log = ("[1970-01-01T00:16:40.000] _slurm_rpc_submit_batch_job: JobId=21 InitPrio=1 usec=1\n"
+           "[1970-01-01T00:16:41.000] sched: Allocate JobId=21 NodeList=gpu1 #CPUs=1\n"
+           "[1970-01-01T00:16:42.000] sched: Allocate JobId=22 NodeList=gpu2 #CPUs=1\n"
+           "[1970-01-01T00:16:43.000] sched: Allocate JobId=23 NodeList=gpu2 #CPUs=1\n"
+           "[1970-01-01T00:16:44.000] sched: Allocate JobId=25 NodeList=gpu3 #CPUs=1\n"
+           "[1970-01-01T00:16:45.000] sched: Allocate JobId=27 NodeList=gpu4 #CPUs=1\n"
+           "[1970-01-01T00:16:46.000] sched: Allocate JobId=28 NodeList=gpu4 #CPUs=1\n"
+           "[1970-01-01T00:16:40.000] sched: Allocate JobId=29 NodeList=gpu5 #CPUs=1\n"
+           "[1970-01-01T00:18:20.000] preempted JobId=29 has been requeued to reclaim "
+           "resources for JobId=24\n")
+    with open(os.path.join(d, "slurmctld.log"), "w") as f:
+        f.write(log)
+    run = R.Run(d)
+    assert R.fewest_p3_to_clear(run, "24", 1100.0, gpus_per_node=4) == 0
+    assert R.fewest_p3_to_clear(run, "22", 1100.0, gpus_per_node=4) is None  # not guaranteed
+    assert R.fewest_p3_to_clear(run, "21", 1100.0, gpus_per_node=4) is None  # part of a node
+    # gpu1 clear after 21 ends (1150): two nodes for 26, gpu1 and gpu3
+    with open(os.path.join(d, "slurmctld.log"), "a") as f:
+        f.write("[1970-01-01T00:19:10.000] _job_complete: JobId=21 done\n")
+    run = R.Run(d)
+    assert R.fewest_p3_to_clear(run, "26", 1200.0, gpus_per_node=4) == 0
+    # 25 (P2, gpu3) preempted three times within the window: capped, so
+    # gpu3 cannot be cleared; one node at 1100 then: gpu4, one P3 run
+    with open(os.path.join(d, "slurmctld.log"), "w") as f:
+        f.write(log + "".join(
+            f"[1970-01-01T00:18:{s}.000] preempted JobId=25 has been requeued to reclaim "
+            "resources for JobId=21\n" for s in ("01", "02", "03")))
+    run = R.Run(d)
+    assert R.fewest_p3_to_clear(run, "24", 1100.0, gpus_per_node=4) == 1
+    # the run's total: 24 took one P3 run (29) where one was the fewest
+    assert R.whole_node_p3_takes(run) == {"preemptors": 1, "taken": 1, "fewest": 1}
+    assert ("Guaranteed jobs that need whole nodes took 1 P3 run (1 preemptor); the nodes "
+            "each could have cleared held 1 at the fewest" in R._run_section(
+                run, R.compute_kpis(run), []))
+    # stock has no cap
+    meta["config"] = "stock"
+    with open(os.path.join(d, "run.json"), "w") as f:
+        json.dump(meta, f)
+    assert R.fewest_p3_to_clear(R.Run(d), "24", 1100.0, gpus_per_node=4) == 0
+    # four nodes of 1 GPU when, gpu3 capped, three can be cleared: none
+    assert R.fewest_p3_to_clear(run, "24", 1100.0, gpus_per_node=1) is None
 
 
 def test_the_spread_of_guaranteed_work_at_whole_node_submissions(tmp_path):

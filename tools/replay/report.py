@@ -767,6 +767,7 @@ def worst_p3_hours(run: Run, k: Dict[str, object], n: int = 3) -> List[Dict[str,
     for h in sorted(hours, key=lambda x: (-x["rate"], x["hour"]))[:n]:
         a, b = h["hour"] * HOUR, (h["hour"] + 1) * HOUR
         takers: Dict[str, List[str]] = {}
+        first_at: Dict[str, float] = {}  # a preemptor's first P3 victim of the hour
         for s in run.segments:
             j = jobs.get(str(s["job_id"]))
             if not s["preempted"] or not j or j["tier"] != "P3":
@@ -776,12 +777,107 @@ def worst_p3_hours(run: Run, k: Dict[str, object], n: int = 3) -> List[Dict[str,
             near = min(by_victim.get(str(s["job_id"]), []),
                        key=lambda p: abs(p["time"] - s["end"]), default=None)
             takers.setdefault(near["by"] if near else "?", []).append(str(s["job_id"]))
+            if near:
+                first_at[near["by"]] = min(first_at.get(near["by"], near["time"]), near["time"])
         out.append({"hour": h["hour"], "preempted": h["preempted"], "ran": h["ran"],
                     "rate": h["rate"], "by": [
                         {"job_id": by, "tier": jobs[by]["tier"] if by in jobs else "?",
                          "gpus": jobs[by]["gpus"] if by in jobs else None,
-                         "victims": [(v, jobs[v]["gpus"]) for v in sorted(vs, key=int)]}
+                         "victims": [(v, jobs[v]["gpus"]) for v in sorted(vs, key=int)],
+                         "fewest_p3": fewest_p3_to_clear(run, by, first_at[by])
+                         if by in first_at else None}
                         for by, vs in sorted(takers.items())]})
+    return out
+
+
+def fewest_p3_to_clear(run: Run, preemptor: str, at: float,
+                       gpus_per_node: Optional[int] = None) -> Optional[int]:
+    """For a guaranteed job that needs whole nodes (gpus_per_node GPUs or
+    more) and preempted at `at`: the fewest P3-counted runs (by submitted
+    tier) that any set of nodes it could have cleared held then, from
+    slurmctld's log.  A node can be cleared when no P0/P1 job runs on it
+    and no P2 job on it has reached the preemption cap (run.json's clocks:
+    PreemptWindow, and 3 preemptions; stock has no cap).  Cores and memory
+    are not looked at.  None when it is no such job, the log was not kept,
+    or fewer such nodes existed than it needs."""
+    events = log_events(run)
+    if events is None:
+        return None
+    jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
+    j = jobs.get(preemptor)
+    nodes_total = run.meta.get("nodes")
+    if gpus_per_node is None:
+        if not nodes_total:
+            return None
+        gpus_per_node = int(run.gpus_total // int(nodes_total))
+    if not j or j["tier"] not in ("P0", "P1") or (j["gpus"] or 0) < gpus_per_node:
+        return None
+    need = math.ceil(j["gpus"] / gpus_per_node - 1e-9)
+    window = (run.meta.get("clocks") or {}).get("PreemptWindow")
+    capped_by = set()
+    if window and run.config != "stock":
+        recent: Dict[str, int] = {}
+        for p in log_preemptions(run):
+            if at - window < p["time"] < at:
+                recent[p["job_id"]] = recent.get(p["job_id"], 0) + 1
+        capped_by = {v for v, c in recent.items() if c >= 3}
+    running: Dict[str, List[str]] = {}
+    all_nodes = set()
+    for e in events:
+        all_nodes.update(e["nodes"])
+        if e["time"] > at:
+            continue
+        if e["kind"] == "start":
+            running[e["job_id"]] = e["nodes"]
+        else:
+            running.pop(e["job_id"], None)
+    # A node no run of the log was on is empty (the replay's nodes are
+    # gpu1..gpuN).
+    per_node: Dict[str, List[str]] = {n: [] for n in all_nodes}
+    for i in range(1, int(nodes_total or 0) + 1):
+        per_node.setdefault(f"gpu{i}", [])
+    for jid, nodes in running.items():
+        if jid == preemptor:
+            continue
+        for n in nodes:
+            per_node.setdefault(n, []).append(jid)
+    p3_counts = []
+    for n, held in per_node.items():
+        tiers = [jobs[x]["tier"] if x in jobs else "?" for x in held]
+        if any(t in ("P0", "P1", "?") for t in tiers) or any(x in capped_by for x in held):
+            continue
+        p3_counts.append(sum(1 for t in tiers if t == "P3"))
+    if len(p3_counts) < need:
+        return None
+    return sum(sorted(p3_counts)[:need])
+
+
+def whole_node_p3_takes(run: Run) -> Optional[Dict[str, int]]:
+    """Guaranteed jobs that need whole nodes and preempted P3-counted runs
+    (by submitted tier) in the run's window: how many such preemptors,
+    the P3 runs they took, and the fewest they could have (the sum of
+    fewest_p3_to_clear at each one's first P3 victim; preemptors for which
+    it is not known are left out of all three).  None without the log."""
+    pre = log_preemptions(run)
+    if pre is None:
+        return None
+    jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
+    first: Dict[str, float] = {}
+    taken: Dict[str, int] = {}
+    for p in pre:
+        v = jobs.get(p["job_id"])
+        if not v or v["tier"] != "P3" or not run.t0 <= p["time"] <= run.end:
+            continue
+        first[p["by"]] = min(first.get(p["by"], p["time"]), p["time"])
+        taken[p["by"]] = taken.get(p["by"], 0) + 1
+    out = {"preemptors": 0, "taken": 0, "fewest": 0}
+    for by, at in first.items():
+        fewest = fewest_p3_to_clear(run, by, at)
+        if fewest is None:
+            continue
+        out["preemptors"] += 1
+        out["taken"] += taken[by]
+        out["fewest"] += fewest
     return out
 
 
@@ -1313,7 +1409,17 @@ def _run_section(run: Run, k: Dict[str, object], problems: List[str]) -> str:
                          f"job {b['job_id']} ({b['tier']}, {gpus(b['gpus'])} "
                          f"GPU{'' if b['gpus'] == 1 else 's'}) took "
                          + ", ".join(f"{v} ({gpus(g)})" for v, g in b["victims"])
+                         + ("" if b.get("fewest_p3") is None else
+                            f" (the nodes it could clear held {b['fewest_p3']} P3 "
+                            f"run{'' if b['fewest_p3'] == 1 else 's'} at the fewest)")
                          for b in w["by"]) + ".")
+    takes = whole_node_p3_takes(run)
+    if takes and takes["preemptors"]:
+        lines.append("")
+        lines.append(f"Guaranteed jobs that need whole nodes took {takes['taken']} P3 "
+                     f"run{'' if takes['taken'] == 1 else 's'} ({takes['preemptors']} "
+                     f"preemptor{'' if takes['preemptors'] == 1 else 's'}); the nodes each could "
+                     f"have cleared held {takes['fewest']} at the fewest, when it first preempted.")
     spread = guaranteed_spread(run)
     if spread and spread["submissions"]:
         lines.append("")
