@@ -428,6 +428,9 @@ const BillColumn kColumns[] = {
      .null_value = -1,
      BILL_NUM(gpu_util_milli_percent),
      .measured = true},
+    // The order bills were stored in, given by the server (sql/0011):
+    // the hourly totals count them up to planc.rollup_state.last_seq.
+    {.name = "seq", .kind = K::kServer, .sql_type = kBigint, .nullable = true},
 };
 
 bool is_null(const BillColumn& c, const FieldValue& v) {
@@ -649,24 +652,25 @@ BillBatch bill_batch(std::vector<Bill> bills, std::string_view source) {
   return out;
 }
 
-std::string usage_copy_rows(const std::vector<const Bill*>& bills) {
-  struct Usage {
-    int64_t card_micro_seconds = 0, core_seconds = 0, mem_mib_seconds = 0, amount_micros = 0;
-    int64_t segments = 0;
-  };
-  using Key =
-      std::tuple<int64_t, std::string_view, std::string_view, std::string_view, std::string_view>;
-  std::map<Key, Usage> usage;
-  for (const Bill* b : bills) {
-    for (const HourSlice& h : split_by_hour(*b)) {
-      Usage& u = usage[{h.hour, b->seg.cluster, b->seg.account, b->seg.user, b->tier}];
-      u.card_micro_seconds += h.card_micro_seconds;
-      u.core_seconds += h.core_seconds;
-      u.mem_mib_seconds += h.mem_mib_seconds;
-      u.amount_micros += h.amount_micros;
-      u.segments++;
-    }
+void UsageTotals::add(const Bill& b) {
+  for (const HourSlice& h : split_by_hour(b)) {
+    Usage& u = usage_[{h.hour, b.seg.cluster, b.seg.account, b.seg.user, b.tier}];
+    u.card_micro_seconds += h.card_micro_seconds;
+    u.core_seconds += h.core_seconds;
+    u.mem_mib_seconds += h.mem_mib_seconds;
+    u.amount_micros += h.amount_micros;
+    u.segments++;
   }
+}
+
+std::string usage_copy_rows(const std::vector<const Bill*>& bills) {
+  UsageTotals totals;
+  for (const Bill* b : bills) totals.add(*b);
+  return totals.copy_rows();
+}
+
+std::string UsageTotals::copy_rows() const {
+  const auto& usage = usage_;
   std::string data;
   auto field = [&data](std::string_view v) {
     append_escaped(data, v);
@@ -693,21 +697,59 @@ std::string usage_copy_rows(const std::vector<const Bill*>& bills) {
   return data;
 }
 
+namespace {
+
+// The SELECT expression that reads column `c` back as its in-memory value's
+// text (set_from_text).
+std::string select_expr(const BillColumn& c) {
+  const std::string n = c.name;
+  std::string e = c.kind == K::kTime       ? "extract(epoch FROM " + n + ")::bigint"
+                  : c.kind == K::kMicros   ? "(" + n + " * 1000000)::bigint"
+                  : c.kind == K::kPermille ? "(" + n + " * 1000)::bigint"
+                  : c.kind == K::kMibAsGib ? "(" + n + " * 1024)::bigint"
+                                           : n;
+  if (c.nullable)
+    e = "coalesce(" + e + ", " + (c.is_text() ? "''" : std::to_string(c.null_value)) + ")";
+  return e;
+}
+
+// What split_by_hour() and an hourly row's key read of a bill.
+constexpr const char* kHourColumns[] = {
+    "cluster",      "account",         "user_name",    "tier",
+    "start_time",   "end_time",        "zero_reason",  "card_seconds",
+    "core_seconds", "mem_gib_seconds", "amount_micros"};
+
+}  // namespace
+
 std::string bill_select_list() {
   std::vector<std::string> exprs;
-  for (const BillColumn& c : kColumns) {
-    if (!c.read_back()) continue;
-    const std::string n = c.name;
-    std::string e = c.kind == K::kTime       ? "extract(epoch FROM " + n + ")::bigint"
-                    : c.kind == K::kMicros   ? "(" + n + " * 1000000)::bigint"
-                    : c.kind == K::kPermille ? "(" + n + " * 1000)::bigint"
-                    : c.kind == K::kMibAsGib ? "(" + n + " * 1024)::bigint"
-                                             : n;
-    if (c.nullable)
-      e = "coalesce(" + e + ", " + (c.is_text() ? "''" : std::to_string(c.null_value)) + ")";
-    exprs.push_back(e);
-  }
+  for (const BillColumn& c : kColumns)
+    if (c.read_back()) exprs.push_back(select_expr(c));
   return join(exprs);
+}
+
+std::string bill_hours_select_list() {
+  std::vector<std::string> exprs;
+  for (const char* name : kHourColumns)
+    if (const BillColumn* c = find_bill_column(name)) exprs.push_back(select_expr(*c));
+  return join(exprs);
+}
+
+Result<Bill> bill_hours_from_row(const std::vector<std::string_view>& row) {
+  Bill b;
+  if (row.size() != std::size(kHourColumns))
+    return Result<Bill>::failure(ErrorCode::kCorrupt, "not the hour columns");
+  for (size_t i = 0; i < row.size(); i++) {
+    std::string error;
+    const BillColumn* c = find_bill_column(kHourColumns[i]);
+    if (!c || !set_from_text(*c, b, row[i], &error))
+      return Result<Bill>::failure(ErrorCode::kCorrupt,
+                                   std::string("column ") + kHourColumns[i] + ": " + error);
+  }
+  // Whether the run was given resources is the spool's, not a column; a
+  // bill says so by its reason (price_segment).
+  b.seg.ran = b.zero_reason != kNeverRan;
+  return b;
 }
 
 std::string bill_measure_update_sql() {

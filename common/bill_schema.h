@@ -23,10 +23,12 @@
 #define PLANC_COMMON_BILL_SCHEMA_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -152,6 +154,30 @@ BillBatch bill_batch(std::vector<Bill> bills, std::string_view source);
 // amount_micros, segments): their hour slices summed per hour, cluster,
 // account, user and tier, so an upsert touches one row for each.
 std::string usage_copy_rows(const std::vector<const Bill*>& bills);
+
+// The same, added up one bill at a time (folding stored bills into the
+// hourly totals reads them one row at a time).
+class UsageTotals {
+ public:
+  void add(const Bill& b);  // its split_by_hour() slices
+  std::string copy_rows() const;
+  size_t rows() const { return usage_.size(); }
+
+ private:
+  struct Usage {
+    int64_t card_micro_seconds = 0, core_seconds = 0, mem_mib_seconds = 0, amount_micros = 0;
+    int64_t segments = 0;
+  };
+  using Key = std::tuple<int64_t, std::string, std::string, std::string, std::string>;
+  std::map<Key, Usage> usage_;
+};
+
+// "cluster, account, user_name, ..." as bill_select_list() reads them: what
+// split_by_hour() and an hourly row's key need of a stored bill.
+std::string bill_hours_select_list();
+// A Bill holding those (and Segment::ran, from the zero_reason) from one
+// row of bill_hours_select_list()'s values.
+Result<Bill> bill_hours_from_row(const std::vector<std::string_view>& row);
 
 // "cluster, job_id, extract(epoch FROM start_time)::bigint, ...": what a
 // SELECT reads back, one expression per read_back() column, in table order,

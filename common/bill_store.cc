@@ -43,6 +43,9 @@ constexpr const char* kInsertNewSql =
     " RETURNING cluster, job_id, extract(epoch FROM start_time)::bigint";
 
 constexpr const char* kUsageCopySql = "COPY stage_usage (" PLANC_USAGE_COLUMNS ") FROM STDIN";
+// Folding bills into the hourly totals (sql/0011_hourly_rollup.sql): the
+// lock planc.next_bill_seq() takes shared, taken exclusively.
+constexpr const char* kRollupLockSql = "SELECT pg_advisory_xact_lock(hashtext('planc.bill_seq'))";
 constexpr const char* kUsageUpsertSql =
     "INSERT INTO planc.usage_hourly AS u (" PLANC_USAGE_COLUMNS
     ")"
@@ -113,6 +116,8 @@ void BillStore::disconnect() {
   staged_ = false;
   months_day_ = -1;
   longest_run_known_ = false;
+  rollup_known_ = false;
+  numbering_ = false;
 }
 
 Result<bool> BillStore::connect() {
@@ -197,6 +202,12 @@ Result<size_t> BillStore::write(const BillBatch& batch) {
     PQclear(PQexec(conn_, "ROLLBACK"));
     return give_up(e);
   };
+  const bool rolled_up_later = rolls_up_hours();  // asked outside the transaction
+  if (rolled_up_later && !numbering_) {
+    // The bills get their numbers only so (sql/0011_hourly_rollup.sql).
+    if (auto r = exec("SET planc.hours_later = on"); !r.ok()) return give_up(r);
+    numbering_ = true;
+  }
   if (auto r = exec("BEGIN"); !r.ok()) return give_up(r);
   // Fast path: none of these bills is stored yet (the usual case), so they
   // go straight into planc.bill with one COPY.  A replay trips the primary
@@ -236,8 +247,9 @@ Result<size_t> BillStore::write(const BillBatch& batch) {
   } else {
     return fail(direct);
   }
-  // The hourly totals of the bills actually stored.
-  if (stored) {
+  // The hourly totals of the bills actually stored, unless rollup() adds
+  // them afterwards.
+  if (stored && !rolled_up_later) {
     const std::string& rows = stored == batch.unique.size() ? batch.usage_rows : usage_rows;
     if (auto r = copy_in(kUsageCopySql, rows); !r.ok()) return fail(r);
     if (auto r = exec(kUsageUpsertSql); !r.ok()) return fail(r);
@@ -300,6 +312,93 @@ Result<std::vector<std::vector<std::string>>> BillStore::rows(
     out.push_back(std::move(row));
   }
   PQclear(r);
+  return out;
+}
+
+bool BillStore::rolls_up_hours() {
+  if (!rollup_known_) {
+    auto r = rows("SELECT to_regclass('planc.rollup_state') IS NOT NULL", {});
+    rollup_known_ = r.ok();
+    rolls_up_ = r.ok() && !r.value().empty() && r.value()[0][0] == "t";
+  }
+  return rolls_up_;
+}
+
+Result<BillStore::Rollup> BillStore::rollup(size_t max_bills) {
+  if (auto c = connect(); !c.ok()) return pass<Rollup>(c);
+  if (!rolls_up_hours() || !max_bills) return Rollup{};
+  auto fail = [this](const Result<bool>& e) {
+    PQclear(PQexec(conn_, "ROLLBACK"));
+    if (e.code() == ErrorCode::kRetryable) disconnect();
+    return pass<Rollup>(e);
+  };
+  if (!staged_) {
+    if (auto r = exec(kStageSql); !r.ok()) return fail(r);
+    staged_ = true;
+  }
+  if (auto r = exec("BEGIN"); !r.ok()) return fail(r);
+  // No bill writer is in flight from here to COMMIT: every bill numbered
+  // below the highest one read is visible now.
+  if (auto r = exec(kRollupLockSql); !r.ok()) return fail(r);
+  PGresult* st = PQexec(conn_, "SELECT last_seq FROM planc.rollup_state FOR UPDATE");
+  if (PQresultStatus(st) != PGRES_TUPLES_OK || PQntuples(st) != 1) {
+    Result<bool> e =
+        PQresultStatus(st) == PGRES_TUPLES_OK
+            ? Result<bool>::failure(ErrorCode::kInvalid, "planc.rollup_state must hold one row")
+            : failed("reading planc.rollup_state", st);
+    PQclear(st);
+    return fail(e);
+  }
+  Rollup out;
+  out.last_seq = std::strtoll(PQgetvalue(st, 0, 0), nullptr, 10);
+  PQclear(st);
+  const std::string from = std::to_string(out.last_seq), limit = std::to_string(max_bills);
+  const char* params[] = {from.c_str(), limit.c_str()};
+  const std::string sql = "SELECT seq, " + bill_hours_select_list() +
+                          " FROM planc.bill WHERE seq > $1::bigint ORDER BY seq LIMIT $2::bigint";
+  PGresult* r = PQexecParams(conn_, sql.c_str(), 2, nullptr, params, nullptr, nullptr, 0);
+  if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+    Result<bool> e = failed("reading the bills to add to the hourly totals", r);
+    PQclear(r);
+    return fail(e);
+  }
+  UsageTotals totals;
+  std::vector<std::string_view> row;
+  for (int i = 0; i < PQntuples(r); i++) {
+    row.clear();
+    for (int j = 1; j < PQnfields(r); j++) row.emplace_back(PQgetvalue(r, i, j));
+    auto b = bill_hours_from_row(row);
+    if (!b.ok()) {
+      Result<bool> e = Result<bool>::failure(
+          ErrorCode::kInvalid,
+          "bill number " + std::string(PQgetvalue(r, i, 0)) + ": " + b.error());
+      PQclear(r);
+      return fail(e);
+    }
+    totals.add(b.value());
+    out.last_seq = std::max<int64_t>(out.last_seq, std::strtoll(PQgetvalue(r, i, 0), nullptr, 10));
+  }
+  out.bills = static_cast<size_t>(PQntuples(r));
+  PQclear(r);
+  if (!out.bills) {
+    if (auto c = exec("COMMIT"); !c.ok()) return fail(c);
+    return out;
+  }
+  out.hour_rows = totals.rows();
+  if (auto c = copy_in(kUsageCopySql, totals.copy_rows()); !c.ok()) return fail(c);
+  if (auto c = exec(kUsageUpsertSql); !c.ok()) return fail(c);
+  const std::string last = std::to_string(out.last_seq);
+  const char* set_params[] = {last.c_str()};
+  PGresult* u =
+      PQexecParams(conn_, "UPDATE planc.rollup_state SET last_seq = $1::bigint, at = now()", 1,
+                   nullptr, set_params, nullptr, nullptr, 0);
+  if (PQresultStatus(u) != PGRES_COMMAND_OK) {
+    Result<bool> e = failed("moving planc.rollup_state", u);
+    PQclear(u);
+    return fail(e);
+  }
+  PQclear(u);
+  if (auto c = exec("COMMIT"); !c.ok()) return fail(c);
   return out;
 }
 

@@ -57,6 +57,10 @@ struct BillFilter {
 // file with more (a backlog) is stored in batches of this many, each priced
 // while the one before is written.
 inline constexpr size_t kBillsPerTransaction = 5000;
+// Bills whose hours BillStore::rollup() adds to the hourly totals in one
+// transaction, when there are that many (it reads their hour columns into
+// memory, about 100 bytes a bill).
+inline constexpr size_t kRollupBillsPerTransaction = 50000;
 
 class BillStore {
  public:
@@ -85,6 +89,28 @@ class BillStore {
   Result<size_t> write(const std::vector<Bill>& bills, const std::string& source);
   // The same with the batch's COPY text made already (bill_batch).
   Result<size_t> write(const BillBatch& batch);
+  // On a database of schema 11 or later (sql/0011_hourly_rollup.sql) write()
+  // stores the bills only, and their hours are added to planc.usage_hourly
+  // by rollup() afterwards; on an older one write() adds them itself.
+
+  // What rollup() did.
+  struct Rollup {
+    size_t bills = 0;      // bills whose hours it added
+    size_t hour_rows = 0;  // planc.usage_hourly rows it added to or made
+    int64_t last_seq = 0;  // bills are counted up to this number now
+  };
+  // Adds the hour slices of the bills stored since the last rollup (at most
+  // `max_bills` of them, in the order they were stored) to
+  // planc.usage_hourly and moves planc.rollup_state past them, in one
+  // transaction, so each bill is counted once.  It waits for bill writers
+  // in flight (an advisory lock) and makes them wait until it commits.
+  // Reads at most `max_bills` bills' hour columns into memory.  Nothing to
+  // add, or a database before schema 11: {}.  The role needs what
+  // planc_writer has.
+  Result<Rollup> rollup(size_t max_bills);
+  // Whether this database has the hourly totals added by rollup() (asked
+  // once a connection; false when it cannot tell).
+  bool rolls_up_hours();
 
   // Sets the measured columns (common/bill_schema.h, `measured`) of each
   // bill, found by its key, in one transaction; a bill already measured
@@ -117,6 +143,8 @@ class BillStore {
   bool staged_ = false;      // temp staging tables exist on this connection
   int64_t months_day_ = -1;  // the UTC day (Unix days) the month partitions were made
   bool longest_run_known_ = false, has_longest_run_ = false;
+  bool rollup_known_ = false, rolls_up_ = false;
+  bool numbering_ = false;     // SET planc.hours_later on this connection
   std::string last_sqlstate_;  // of the last COPY
 };
 

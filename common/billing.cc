@@ -124,7 +124,7 @@ Bill price_segment(const PlancConfig& cfg, const Segment& seg) {
   b.mem_mib_seconds = static_cast<int64_t>(seg.mem_mib) * b.billable_seconds;
 
   if (!seg.ran) {
-    b.zero_reason = "never ran";
+    b.zero_reason = kNeverRan;
   } else if ((seg.state == "PREEMPTED" || seg.preempted) && tier && tier->preemptible) {
     b.zero_reason = seg.state == "PREEMPTED"
                         ? "preempted: unfinished preempted time is not billed"

@@ -132,6 +132,10 @@ struct Bill {
 };
 
 // Prices a segment with the prices and tier factors in `cfg`.
+// The zero_reason of a segment that ended before it was given resources
+// (Segment::ran false); a stored bill says it was not run only by this.
+inline constexpr const char kNeverRan[] = "never ran";
+
 // Free by rule (amount 0, quantities still recorded, zero_reason says why):
 //   never ran; a preemptible tier's segment ended by preemption (state
 //   PREEMPTED, or `preempted` set by preempt/planc); a run

@@ -265,6 +265,25 @@ bool stopping() {
   return g_stop;
 }
 
+// Adds the hours of the bills stored since the last time to
+// planc.usage_hourly (common/bill_store.h, rollup()), a transaction at a
+// time until none is left.  false: PostgreSQL failed, *problem says why;
+// the next pass tries again.
+bool roll_up(planc::BillStore& store, std::string* problem) {
+  while (!stopping()) {
+    auto r = store.rollup(planc::kRollupBillsPerTransaction);
+    if (!r.ok()) {
+      *problem = "adding bills to the hourly totals: " + r.error();
+      return false;
+    }
+    if (r.value().bills)
+      debug("%s: %zu bill(s) added to %zu hourly row(s), up to bill number %lld", plugin_type,
+            r.value().bills, r.value().hour_rows, static_cast<long long>(r.value().last_seq));
+    if (r.value().bills < planc::kRollupBillsPerTransaction) return true;
+  }
+  return true;
+}
+
 void worker(std::vector<PendingFile> pending, planc::ConfigWatch watch) {
   using Clock = std::chrono::steady_clock;
   std::unique_ptr<planc::BillStore> store;
@@ -280,6 +299,9 @@ void worker(std::vector<PendingFile> pending, planc::ConfigWatch watch) {
       counts.backlog_records += r.value().records.size() + r.value().damaged.size();
   auto next_store = Clock::now();
   auto next_metrics = Clock::now();
+  // Bills stored whose hours are not in the hourly totals yet (at start:
+  // perhaps, from before a crash).
+  bool rollup_owed = true;
   planc::MutexLock l(g_mu);
   while (!g_stop) {
     // Wakes for the next store attempt (backoff while PostgreSQL is
@@ -312,7 +334,7 @@ void worker(std::vector<PendingFile> pending, planc::ConfigWatch watch) {
               "planc.conf is in place",
               plugin_type, g_spool->dir().c_str());
         config_logged = true;
-      } else if (!pending.empty()) {
+      } else if (!pending.empty() || rollup_owed) {
         if (!store || conninfo != store_conninfo) {
           store = std::make_unique<planc::BillStore>(conninfo);
           store_conninfo = conninfo;
@@ -321,6 +343,12 @@ void worker(std::vector<PendingFile> pending, planc::ConfigWatch watch) {
         while (!pending.empty() && !stopping() &&
                store_file(*store, pending.front(), &problem, &counts, &processed))
           pending.erase(pending.begin());
+        // The hours of what was stored go into the hourly totals once the
+        // spool is drained, so that a backlog's bills are added up together.
+        if (problem.empty() && pending.empty())
+          rollup_owed = !roll_up(*store, &problem);
+        else
+          rollup_owed = true;
         if (problem.empty()) {
           if (backoff.succeeded())
             info("%s: PostgreSQL reachable again; spool drained", plugin_type);

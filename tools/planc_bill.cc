@@ -66,6 +66,11 @@ const char* kUsage =
     "            then lists run starts in slurmctld/planc's journal (default\n"
     "            StateSaveLocation/planc_starts) known to neither\n"
     "            exit 3: something is missing or unrecorded\n"
+    "  rollup\n"
+    "            adds the hours of the bills stored since the last time to the hourly\n"
+    "            totals (report reads them), as the writer role; jobcomp/planc does it\n"
+    "            after every batch it stores, reconcile --fill after its bills: for\n"
+    "            bills stored while slurmctld is down, or before a month is detached\n"
     "  market    [--json]\n"
     "            the P2 spot market as slurmctld/planc shows it (scontrol show\n"
     "            config): the floor per GPU type against the list price, the\n"
@@ -1005,6 +1010,33 @@ planc::JournalRead read_journal_dir(const std::string& dir, int64_t start, int64
 // could end or a field begin.  A run counts as billed when a bill has its
 // key (cluster, job id, start time); only runs slurmdbd returned for this
 // query are listed or filled.
+// Adds the hours of every bill stored since the last time to the hourly
+// totals (BillStore::rollup), a batch at a time; says how many.
+void roll_up(planc::BillStore& store) {
+  size_t bills = 0, rows = 0;
+  int64_t last = 0;
+  for (;;) {
+    auto r = store.rollup(planc::kRollupBillsPerTransaction);
+    if (!r.ok()) die("adding bills to the hourly totals: " + r.error());
+    bills += r.value().bills;
+    rows += r.value().hour_rows;
+    last = r.value().last_seq;
+    if (r.value().bills < planc::kRollupBillsPerTransaction) break;
+  }
+  if (!store.rolls_up_hours()) {
+    std::cout << "rollup: this database adds each bill's hours as it is stored (schema before "
+                 "11); nothing to do\n";
+    return;
+  }
+  std::cout << "rollup: " << bills << " bill(s) added to " << rows
+            << " hourly row(s); bills are counted up to number " << last << "\n";
+}
+
+int cmd_rollup(planc::BillStore& store) {
+  roll_up(store);
+  return 0;
+}
+
 int cmd_reconcile(planc::BillStore& store, const Options& o) {
   if (!o.start || !o.end) usage_error("reconcile needs -S and -E");
   std::string conf = o.planc_conf;
@@ -1065,6 +1097,7 @@ int cmd_reconcile(planc::BillStore& store, const Options& o) {
     auto r = store.write(missing, "reconcile");
     if (!r.ok()) die(r.error());
     std::cout << "filled " << r.value() << " bill(s)\n";
+    roll_up(store);
   }
   // Starts no bill, no ended slurmdbd record and no running job accounts
   // for: runs that reached the nodes while the controller that started
@@ -1189,9 +1222,9 @@ int main(int argc, char** argv) {
   } else {
     first--;
   }
-  static const std::set<std::string> kCommands = {"list",       "report",         "measure",
-                                                  "reconcile",  "market",         "columns",
-                                                  "sync-roles", "market history", "market bids"};
+  static const std::set<std::string> kCommands = {
+      "list",   "report",  "measure",    "reconcile",      "rollup",
+      "market", "columns", "sync-roles", "market history", "market bids"};
   if (!kCommands.count(cmd)) usage_error("unknown command '" + cmd + "'");
   Options o = parse_options(argc - first, argv + first);
   if (!db_early.empty()) o.db = db_early;
@@ -1214,6 +1247,7 @@ int main(int argc, char** argv) {
   if (cmd == "report") return o.efficiency ? cmd_report_efficiency(store, o) : cmd_report(store, o);
   if (cmd == "measure") return cmd_measure(store, o);
   if (cmd == "reconcile") return cmd_reconcile(store, o);
+  if (cmd == "rollup") return cmd_rollup(store);
   if (cmd == "sync-roles") return cmd_sync_roles(store, o);
   if (cmd == "market history") return cmd_market_history(store, o);
   return cmd_market_bids(store, o);

@@ -75,6 +75,14 @@ def exact_micros(cards, cores, mem_mib, seconds, permille=1000):
     return math.floor(exact + Fraction(1, 2))
 
 
+def wait_hours_counted(c, timeout=60):
+    """Until every bill stored so far is in planc.usage_hourly: jobcomp/planc
+    adds a batch's hours just after it stores the batch (sql/0011)."""
+    c.wait_for("the hourly totals to count every bill stored", lambda: psql(
+        c, "SELECT count(*) FROM planc.bill b, planc.rollup_state s WHERE b.seq > s.last_seq")
+        == [["0"]], timeout=timeout, interval=0.2)
+
+
 def wait_bills(c, jobid, n, timeout=60):
     return c.wait_for(f"{n} bill(s) for job {jobid}",
                       lambda: (lambda b: b if len(b) >= n else None)(bills(c, f"job_id = {int(jobid)}")),
@@ -301,6 +309,7 @@ def test_postgres_down_while_200_jobs_finish_then_all_bills_arrive_once(c):
     completed, distinct, other = rows[0]
     assert (int(completed), int(distinct), int(other)) == (200, 200, 0)
     # The hourly table counted each segment exactly once.
+    wait_hours_counted(c)
     (seg,) = psql(c, "SELECT sum(segments) FROM planc.usage_hourly u WHERE user_name = 'pcbob'"
                      " AND tier = 'P3'")
     (billed,) = psql(c, "SELECT count(*) FROM planc.bill WHERE user_name = 'pcbob' AND tier = 'P3'")
@@ -484,6 +493,7 @@ def test_report_totals_by_account_user_tier_and_hour(c):
     jobid, _ = c.sbatch("-A", "acct-spot", "--qos=p3-spot", "--gres=gpu:1", "--wrap", "sleep 2",
                         user="pcbob")
     wait_bills(c, jobid, 1)
+    wait_hours_counted(c)
     out = bill_tool(c, "report", "--by", "account,user,tier", "--json", user="pcbob")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
@@ -810,6 +820,7 @@ def test_short_runs_are_billed_exactly_and_rounded_once_per_invoice_line(c):
     assert psql(c, "SELECT count(*) FROM planc.bill WHERE amount_micros = 0 AND zero_reason = ''") \
         == [["0"]]
     # The report's lines: one per hour, each the exact sum rounded once.
+    wait_hours_counted(c)
     h0, end = t0 - t0 % 3600, int(time.time()) + 1
     expected = {}
     for start, stop, m in psql(
@@ -984,6 +995,133 @@ def test_migration_0009_moves_every_row_into_its_month_and_keeps_the_rules(c):
         assert len(copied.splitlines()) - 1 == 1000  # the COPY line, then a row per bill
         assert run("-d", db, "-c", "SELECT count(*) FROM planc.bill").strip() == "2001"
         assert run("-d", db, "-c", totals) == before
+    finally:
+        run("-d", "postgres", "-c", f"DROP DATABASE IF EXISTS {db}")
+
+
+def test_hours_are_counted_once_after_the_bills_are_stored(c):
+    """Schema 11: bills stored under schema 10 keep their hourly totals and
+    are not counted again; a bill stored afterwards is added by `planc-bill
+    rollup`, split over its hours exactly as common/billing.h splits it
+    (hour_slices; a run that never ran counts in its first hour only); a
+    rollup waits for a bill writer still in its transaction and counts its
+    bill too; a second rollup adds nothing; a bill of a writer that adds its
+    hours itself (an older release) is never counted by a rollup; only the
+    writer may number bills and move the rollup's state."""
+    db = "planc_rollup_test"
+    sql = os.path.join(ROOT, "sql")
+
+    def run(*args, ok=True):
+        p = subprocess.run(["psql", "-X", "-q", "-t", "-A", "-F", "|", "-v", "ON_ERROR_STOP=1",
+                            "-U", "postgres", *args], capture_output=True, text=True, env=c.env,
+                           timeout=120, cwd="/tmp")
+        assert (p.returncode == 0) == ok, p.stderr
+        return p.stdout
+
+    def rollup():
+        p = c.run(BILL_TOOL, "--db", f"host={c.env['PGHOST']} port={c.env['PGPORT']} dbname={db}"
+                  " user=postgres", "rollup")
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    # A bill: (job, start, end, card micro-seconds, core s, mem MiB-s, micros, reason)
+    h = 1_796_000_400  # the start of an hour
+    cases = [(1, h + 600, h + 1800, 7_200_000_000, 48, 8192, 1_000_003, ""),  # one hour
+             (2, h + 1200, h + 9300, 8_100_000_001, 97, 65_537, 12_345_679, ""),  # three hours
+             (3, h + 3000, h + 4800, 0, 0, 0, 0, "never ran"),  # counts in its first hour
+             (4, h + 7200, h + 7200, 0, 0, 0, 0, "zero billable seconds")]  # no length
+
+    def insert(job, start, end, card, core, mem, micros, reason, writer="this"):
+        # This release's writer has its bills numbered; an older one (or a
+        # bill made by hand) does not.
+        return ("SET planc.hours_later = on;" if writer == "this" else "") + INSERT_BILL + f"""
+          VALUES ('rolltest', {job}, to_timestamp({start}), to_timestamp({end}), 0, 1000,
+            'pcbob', 'acct-spot', 'P3', 'p3-spot', 'gpu', 'n1', 1, 'COMPLETED', 0, 0, 0, '0:0',
+            'j', '', '', 1, 100, 1, '', {max(end - start, 0)}, {card} / 1000000.0, {core},
+            {mem} / 1024.0, 'CNY', 20, 0.1, 0.01, 0.4, ({micros} + 5000) / 10000, {micros},
+            '{reason}', '', '', 'jobcomp');"""
+
+    run("-d", "postgres", "-c", f"DROP DATABASE IF EXISTS {db}")
+    run("-d", "postgres", "-c", f"CREATE DATABASE {db}")
+    try:
+        for f in sorted(os.listdir(sql)):
+            if re.match(r"00(0[1-9]|10)_.*\.sql$", f):
+                run("-d", db, "-1", "-f", os.path.join(sql, f))
+        # Under schema 10 a bill and its hours are stored together.
+        run("-d", db, "-c", insert(100, h, h + 60, 1, 1, 1, 7, "") + """
+          INSERT INTO planc.usage_hourly (hour, cluster, account, user_name, tier, card_seconds,
+            core_seconds, mem_gib_seconds, amount_micros, segments)
+          VALUES (to_timestamp(1796000400 - 1796000400 % 3600), 'rolltest', 'acct-spot',
+                  'pcbob', 'P3', 0.000001, 1, 0.0009765625, 7, 1)""")
+        totals = ("SELECT extract(epoch FROM hour)::bigint, (card_seconds * 1000000)::bigint,"
+                  " core_seconds, (mem_gib_seconds * 1024)::bigint, amount_micros, segments"
+                  " FROM planc.usage_hourly ORDER BY hour")
+        before = run("-d", db, "-c", totals)
+        run("-d", db, "-1", "-f", os.path.join(sql, "0011_hourly_rollup.sql"))
+        assert run("-d", db, "-c", "SELECT seq IS NULL FROM planc.bill").split() == ["t"]
+        assert "rollup: 0 bill(s)" in rollup()
+        assert run("-d", db, "-c", totals) == before
+        for case in cases:
+            run("-d", db, "-c", insert(*case))
+        # A writer of the release before adds its bills' hours itself: its
+        # bill is not numbered, and no rollup counts it again.
+        run("-d", db, "-c", insert(6, h, h + 60, 1, 1, 1, 7, "", writer="older"))
+        assert run("-d", db, "-c", "SELECT job_id FROM planc.bill WHERE seq IS NULL"
+                   " ORDER BY job_id").split() == ["6", "100"]
+        # A writer in its transaction, its bill numbered and not committed:
+        # the rollup waits for it, then counts its bill with the others.
+        writer = subprocess.Popen(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-U", "postgres",
+                                   "-d", db], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=c.env, cwd="/tmp")
+        last = (5, h + 5400, h + 5460, 60_000_000, 8, 60 * 1024, 3_334, "")
+        writer.stdin.write("BEGIN;\n" + insert(*last) + "\n")
+        writer.stdin.flush()
+        c.wait_for("the writer's bill numbered in its open transaction", lambda: run(
+            "-d", db, "-c", "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND mode = 'ShareLock'").strip() == "1", timeout=30, interval=0.1)
+        folding = subprocess.Popen(
+            [BILL_TOOL, "--db", f"host={c.env['PGHOST']} port={c.env['PGPORT']} dbname={db}"
+             " user=postgres", "rollup"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=c.env, cwd="/tmp")
+        c.wait_for("the rollup to wait for the writer", lambda: run(
+            "-d", db, "-c", "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+            " AND NOT granted AND mode = 'ExclusiveLock'").strip() == "1", timeout=30,
+            interval=0.1)
+        assert folding.poll() is None
+        writer.stdin.write("COMMIT;\n")
+        writer.stdin.close()
+        assert writer.wait(timeout=60) == 0, writer.stderr.read()
+        out, err = folding.communicate(timeout=60)
+        assert folding.returncode == 0, err
+        assert "rollup: 5 bill(s)" in out, out
+        # Each hour as common/billing.h splits the bills (the floor rule),
+        # and the schema-10 bill's hour as it was.
+        want = {}
+        for job, start, end, card, core, mem, micros, reason in cases + [last]:
+            slices = {start - start % 3600: None} if reason == "never ran" else None
+            parts = [hour_slices(start, end, q) for q in (card, core, mem, micros)]
+            for hr in (slices or parts[0]):
+                row = want.setdefault(hr, [0, 0, 0, 0, 0])
+                for i, part in enumerate(parts):
+                    row[i] += part.get(hr, 0) if not slices else (card, core, mem, micros)[i]
+                row[4] += 1
+        old = dict((int(r.split("|")[0]), [int(x) for x in r.split("|")[1:]])
+                   for r in before.split())
+        for hr, row in old.items():
+            want[hr] = [a + b for a, b in zip(want.get(hr, [0, 0, 0, 0, 0]), row)]
+        got = {int(r.split("|")[0]): [int(x) for x in r.split("|")[1:]]
+               for r in run("-d", db, "-c", totals).split()}
+        assert got == want
+        assert "rollup: 0 bill(s)" in rollup()
+        assert {int(r.split("|")[0]): [int(x) for x in r.split("|")[1:]]
+                for r in run("-d", db, "-c", totals).split()} == want
+        privs = run("-d", db, "-c", """
+          SELECT has_function_privilege('planc_writer', 'planc.next_bill_seq()', 'EXECUTE'),
+                 has_function_privilege('planc_reader', 'planc.next_bill_seq()', 'EXECUTE'),
+                 has_table_privilege('planc_writer', 'planc.rollup_state', 'UPDATE'),
+                 has_table_privilege('planc_reader', 'planc.rollup_state', 'SELECT'),
+                 has_sequence_privilege('planc_reader', 'planc.bill_seq', 'USAGE')""")
+        assert privs.strip() == "t|f|t|f|f", privs
     finally:
         run("-d", "postgres", "-c", f"DROP DATABASE IF EXISTS {db}")
 

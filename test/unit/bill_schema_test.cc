@@ -224,6 +224,56 @@ TEST(BillSchemaTest, SelectReadsBackEveryStoredField) {
   EXPECT_EQ(short_row.code(), ErrorCode::kCorrupt);
 }
 
+// Folding stored bills into the hourly totals (BillStore::rollup) reads
+// only their hour columns back: the hourly rows made from what it reads are
+// those the writer would have made from the bill itself, for a run over
+// several hours and for one that never ran (its reason says so; it counts
+// in its first hour only).
+TEST(BillSchemaTest, TheHourColumnsReadBackMakeTheSameHourlyRows) {
+  Bill ran = golden_bill();
+  ran.seg.start_time = 1'800'000'000 + 1234;  // 08:20:34
+  ran.seg.end_time = ran.seg.start_time + 3 * 3600 + 17;
+  ran.card_micro_seconds = 8'100'000'001, ran.core_seconds = 97, ran.mem_mib_seconds = 65'537;
+  ran.amount_micros = 12'345'679;
+  ran.zero_reason = "";
+  Bill never = ran;
+  never.seg.job_id++;
+  never.seg.ran = false;
+  never.zero_reason = kNeverRan;
+  never.card_micro_seconds = never.core_seconds = never.mem_mib_seconds = never.amount_micros = 0;
+  // What PostgreSQL returns for bill_hours_select_list(): each column's
+  // in-memory value as text, in that list's order (the names it reads).
+  const std::string sql = bill_hours_select_list();
+  std::vector<std::string> names;
+  for (const std::string& e : split(sql, ", ")) names.push_back(e);
+  ASSERT_EQ(names.size(), 11u) << sql;
+  EXPECT_NE(sql.find("(mem_gib_seconds * 1024)::bigint"), std::string::npos) << sql;
+  for (const Bill* b : {&ran, &never}) {
+    std::vector<std::string> text;
+    for (const std::string& e : names)
+      for (const BillColumn& c : bill_columns())
+        if (e.find(std::string(c.name)) != std::string::npos &&
+            (e == c.name || e.find(std::string("(") + c.name) != std::string::npos ||
+             e.find(std::string(" ") + c.name + ")") != std::string::npos)) {
+          FieldValue v = column_value(c, *b);
+          text.push_back(v.is_text() ? std::string(v.text()) : std::to_string(v.num()));
+          break;
+        }
+    ASSERT_EQ(text.size(), names.size()) << sql;
+    std::vector<std::string_view> row(text.begin(), text.end());
+    auto back = bill_hours_from_row(row);
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_EQ(back.value().seg.ran, b->seg.ran);
+    UsageTotals totals;
+    totals.add(back.value());
+    EXPECT_EQ(totals.copy_rows(), usage_copy_rows({b}));
+    EXPECT_EQ(totals.rows(), b->seg.ran ? 4u : 1u);
+  }
+  auto short_row = bill_hours_from_row({"planc"});
+  ASSERT_FALSE(short_row.ok());
+  EXPECT_EQ(short_row.code(), ErrorCode::kCorrupt);
+}
+
 TEST(BillSchemaTest, TableIsConsistent) {
   std::set<std::string> names;
   int version = 0;
