@@ -352,10 +352,31 @@ Result<BillStore::Rollup> BillStore::rollup(size_t max_bills) {
   Rollup out;
   out.last_seq = std::strtoll(PQgetvalue(st, 0, 0), nullptr, 10);
   PQclear(st);
-  const std::string from = std::to_string(out.last_seq), limit = std::to_string(max_bills);
-  const char* params[] = {from.c_str(), limit.c_str()};
+  // The next number stored, then the bills numbered from it to max_bills
+  // on: a range of the index, in no order, however many wait beyond it.
+  // (Numbers taken by a transaction that rolled back leave gaps; starting
+  // from the next number stored steps over any gap.)
+  const std::string after = std::to_string(out.last_seq);
+  const char* next_params[] = {after.c_str()};
+  PGresult* nx = PQexecParams(conn_, "SELECT min(seq) FROM planc.bill WHERE seq > $1::bigint", 1,
+                              nullptr, next_params, nullptr, nullptr, 0);
+  if (PQresultStatus(nx) != PGRES_TUPLES_OK || PQntuples(nx) != 1) {
+    Result<bool> e = failed("finding the bills to add to the hourly totals", nx);
+    PQclear(nx);
+    return fail(e);
+  }
+  if (PQgetisnull(nx, 0, 0)) {  // nothing new
+    PQclear(nx);
+    if (auto c = exec("COMMIT"); !c.ok()) return fail(c);
+    return out;
+  }
+  const int64_t first = std::strtoll(PQgetvalue(nx, 0, 0), nullptr, 10);
+  PQclear(nx);
+  const std::string from = std::to_string(first),
+                    to = std::to_string(first + static_cast<int64_t>(max_bills));
+  const char* params[] = {from.c_str(), to.c_str()};
   const std::string sql = "SELECT seq, " + bill_hours_select_list() +
-                          " FROM planc.bill WHERE seq > $1::bigint ORDER BY seq LIMIT $2::bigint";
+                          " FROM planc.bill WHERE seq >= $1::bigint AND seq < $2::bigint";
   PGresult* r = PQexecParams(conn_, sql.c_str(), 2, nullptr, params, nullptr, nullptr, 0);
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
     Result<bool> e = failed("reading the bills to add to the hourly totals", r);

@@ -99,10 +99,10 @@ class BillStore {
     size_t hour_rows = 0;  // planc.usage_hourly rows it added to or made
     int64_t last_seq = 0;  // bills are counted up to this number now
   };
-  // Adds the hour slices of the bills stored since the last rollup (at most
-  // `max_bills` of them, in the order they were stored) to
-  // planc.usage_hourly and moves planc.rollup_state past them, in one
-  // transaction, so each bill is counted once.  It waits for bill writers
+  // Adds the hour slices of the bills stored since the last rollup (those
+  // of the next `max_bills` numbers stored, at most) to planc.usage_hourly
+  // and moves planc.rollup_state past them, in one transaction, so each
+  // bill is counted once; call it until it adds none.  It waits for bill writers
   // in flight (an advisory lock) and makes them wait until it commits.
   // Reads at most `max_bills` bills' hour columns into memory.  Nothing to
   // add, or a database before schema 11: {}.  The role needs what

@@ -279,7 +279,7 @@ bool roll_up(planc::BillStore& store, std::string* problem) {
     if (r.value().bills)
       debug("%s: %zu bill(s) added to %zu hourly row(s), up to bill number %lld", plugin_type,
             r.value().bills, r.value().hour_rows, static_cast<long long>(r.value().last_seq));
-    if (r.value().bills < planc::kRollupBillsPerTransaction) return true;
+    if (!r.value().bills) return true;
   }
   return true;
 }

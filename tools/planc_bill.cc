@@ -1021,7 +1021,7 @@ void roll_up(planc::BillStore& store) {
     bills += r.value().bills;
     rows += r.value().hour_rows;
     last = r.value().last_seq;
-    if (r.value().bills < planc::kRollupBillsPerTransaction) break;
+    if (!r.value().bills) break;
   }
   if (!store.rolls_up_hours()) {
     std::cout << "rollup: this database adds each bill's hours as it is stored (schema before "

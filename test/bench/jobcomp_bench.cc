@@ -325,7 +325,7 @@ int ingest(const char* conninfo, const planc::PlancConfig& cfg, std::vector<plan
           bills += u.value().bills;
           rows += u.value().hour_rows;
           calls++;
-          if (u.value().bills < planc::kRollupBillsPerTransaction) break;
+          if (!u.value().bills) break;
         }
         const double rs = ns_since(t1) / 1e9;
         rollup_secs.push_back(rs);
