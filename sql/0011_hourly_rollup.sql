@@ -38,7 +38,10 @@
 -- Retention: a month detached before its bills were folded in takes them
 -- with it; `planc-bill rollup` first (sql/README.md, "Retention").
 --
--- Changes no row; adding the column rewrites nothing.
+-- Changes no row; adding the column rewrites nothing.  The index reads
+-- every stored bill once to be built (none goes in it), under a lock that
+-- keeps the writer out meanwhile: bills wait in jobcomp/planc's spool and
+-- are stored when the migration commits.
 
 SET LOCAL TimeZone = 'UTC';
 
