@@ -132,6 +132,13 @@ const std::vector<MetricInfo> kCatalog = {
     {"planc_bills_unmeasured", T::kGauge, "", "database",
      "Bills of runs that ended in the last 7 days whose measured usage planc-bill measure has "
      "not filled yet."},
+    {"planc_bills_waiting_for_hourly_totals", T::kGauge, "", "database",
+     "Bills stored but not yet added to the hourly totals (planc.usage_hourly), which the "
+     "planc_billed_* counters, planc-bill report and the usage poll read; jobcomp/planc's "
+     "writer adds them within seconds of storing them."},
+    {"planc_hourly_totals_updated_timestamp_seconds", T::kGauge, "", "database",
+     "When bills were last added to the hourly totals (Unix time; the schema's migration "
+     "before the first)."},
     {"planc_database_query_seconds", T::kGauge, "", "database",
      "How long the exporter's last reading of the bill database took (it reads in the "
      "background every --database-interval, not at the scrape)."},
@@ -335,6 +342,9 @@ void add_database_samples(const DatabaseFigures& d, MetricsSnapshot* s) {
   if (d.newest_bill_end)
     s->samples.push_back({"planc_bill_newest_end_timestamp_seconds", {}, *d.newest_bill_end});
   s->samples.push_back({"planc_bills_unmeasured", {}, static_cast<double>(d.unmeasured_7d)});
+  s->samples.push_back(
+      {"planc_bills_waiting_for_hourly_totals", {}, static_cast<double>(d.waiting_for_hours)});
+  s->samples.push_back({"planc_hourly_totals_updated_timestamp_seconds", {}, d.hours_rolled_up_at});
   s->samples.push_back({"planc_database_query_seconds", {}, d.query_seconds});
 }
 

@@ -88,9 +88,10 @@ struct BillingCounters {
 void add_billing_samples(const BillingCounters& b, MetricsSnapshot* s);
 
 // What the bill database knows (planc-exporter's "database" source, read
-// through planc.metrics_billed() and planc.metrics_bills(), schemas 0004
-// and 0008): billed usage per cluster, account and tier, all time, in base
-// units; the newest bill's end; bills not measured yet.
+// through planc.metrics_billed(), planc.metrics_bills() and
+// planc.metrics_rollup(), schemas 0004, 0008 and 0012): billed usage per
+// cluster, account and tier, all time, in base units; the newest bill's
+// end; bills not measured yet; bills not yet in the hourly totals.
 struct BilledTotal {
   std::string cluster, account, tier;  // tier "" when the QoS is no tier
   double gpu_seconds = 0, core_seconds = 0;
@@ -102,6 +103,8 @@ struct DatabaseFigures {
   std::vector<BilledTotal> totals;
   std::optional<double> newest_bill_end;  // Unix time; none without bills
   uint64_t unmeasured_7d = 0;
+  uint64_t waiting_for_hours = 0;  // stored, not yet in planc.usage_hourly
+  double hours_rolled_up_at = 0;   // Unix time bills were last added to it
   double query_seconds = 0;
 };
 void add_database_samples(const DatabaseFigures& d, MetricsSnapshot* s);

@@ -5,7 +5,7 @@
 // (common/metrics_snapshot.h) and publishes what is fresh; it never talks
 // to slurmctld.  With --database, a background thread reads the bill
 // database's totals every --database-interval (the functions of schemas
-// 0004 and 0008) into a snapshot of the same form, so a scrape never waits
+// 0004, 0008 and 0012) into a snapshot of the same form, so a scrape never waits
 // on PostgreSQL.  A source that is missing, corrupt, stale or unreachable
 // shows as planc_exporter_source_up{source=...} 0 (and one log line when
 // it goes down), never as a crash or as old figures.
@@ -106,10 +106,10 @@ void log_line(const std::string& msg, Level level = Level::kInfo) {
   std::fprintf(stderr, "%s planc-exporter: %s\n", when, msg.c_str());
 }
 
-// The "database" source: reads planc.metrics_billed() and
-// planc.metrics_bills() every interval on its own connection and keeps the
-// result as a snapshot text (or why there is none), which the scrape reads
-// like a plugin's file.  Queries are fixed text with no parameters.
+// The "database" source: reads planc.metrics_billed(),
+// planc.metrics_bills() and planc.metrics_rollup() every interval on its
+// own connection and keeps the result as a snapshot text (or why there is
+// none), which the scrape reads like a plugin's file.  Queries are fixed text with no parameters.
 class DatabasePoller {
  public:
   DatabasePoller(std::string conninfo, uint32_t interval)
@@ -201,6 +201,12 @@ class DatabasePoller {
       return failed(r, "planc.metrics_bills()");
     if (!PQgetisnull(r, 0, 0)) d.newest_bill_end = std::strtod(PQgetvalue(r, 0, 0), nullptr);
     d.unmeasured_7d = std::strtoull(PQgetvalue(r, 0, 1), nullptr, 10);
+    PQclear(r);
+    r = PQexec(conn_, "SELECT waiting, rolled_up FROM planc.metrics_rollup()");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+      return failed(r, "planc.metrics_rollup()");
+    d.waiting_for_hours = std::strtoull(PQgetvalue(r, 0, 0), nullptr, 10);
+    d.hours_rolled_up_at = std::strtod(PQgetvalue(r, 0, 1), nullptr);
     PQclear(r);
     return d;
   }

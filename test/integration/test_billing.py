@@ -1024,6 +1024,21 @@ def test_hours_are_counted_once_after_the_bills_are_stored(c):
         assert p.returncode == 0, p.stderr
         return p.stdout
 
+    def behind():
+        """planc-exporter's reading of the database (schema 12): the bills
+        waiting for the hourly totals, and when bills were last added, with
+        planc.rollup_state's own time."""
+        p = subprocess.run([os.path.join(ROOT, "planc-exporter"), "--once", "--state-dir",
+                            os.path.join(c.dir, "state", "ctld"), "--database", f"host={c.env['PGHOST']} "
+                            f"port={c.env['PGPORT']} dbname={db} user=postgres"],
+                           capture_output=True, text=True, timeout=60, env=c.env)
+        assert 'planc_exporter_source_up{source="database"} 1' in p.stdout, p.stdout + p.stderr
+        m = dict(line.split(" ", 1) for line in p.stdout.splitlines()
+                 if line.startswith("planc_") and "{" not in line)
+        at = float(run("-d", db, "-c", "SELECT extract(epoch FROM at) FROM planc.rollup_state"))
+        return (int(float(m["planc_bills_waiting_for_hourly_totals"])),
+                float(m["planc_hourly_totals_updated_timestamp_seconds"]), at)
+
     # A bill: (job, start, end, card micro-seconds, core s, mem MiB-s, micros, reason)
     h = 1_796_000_400  # the start of an hour
     cases = [(1, h + 600, h + 1800, 7_200_000_000, 48, 8192, 1_000_003, ""),  # one hour
@@ -1058,8 +1073,11 @@ def test_hours_are_counted_once_after_the_bills_are_stored(c):
                   " FROM planc.usage_hourly ORDER BY hour")
         before = run("-d", db, "-c", totals)
         run("-d", db, "-1", "-f", os.path.join(sql, "0011_hourly_rollup.sql"))
+        run("-d", db, "-1", "-f", os.path.join(sql, "0012_metrics_hourly_totals.sql"))
         assert run("-d", db, "-c", "SELECT seq IS NULL FROM planc.bill").split() == ["t"]
         assert "rollup: 0 bill(s)" in rollup()
+        waiting, exported_at, migrated_at = behind()
+        assert waiting == 0 and abs(exported_at - migrated_at) < 1
         assert run("-d", db, "-c", totals) == before
         for case in cases:
             run("-d", db, "-c", insert(*case))
@@ -1068,6 +1086,8 @@ def test_hours_are_counted_once_after_the_bills_are_stored(c):
         run("-d", db, "-c", insert(6, h, h + 60, 1, 1, 1, 7, "", writer="older"))
         assert run("-d", db, "-c", "SELECT job_id FROM planc.bill WHERE seq IS NULL"
                    " ORDER BY job_id").split() == ["6", "100"]
+        # The exporter counts the numbered bills as waiting, not the others.
+        assert behind()[0] == len(cases)
         # A writer in its transaction, its bill numbered and not committed:
         # the rollup waits for it, then counts its bill with the others.
         writer = subprocess.Popen(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-U", "postgres",
@@ -1094,6 +1114,8 @@ def test_hours_are_counted_once_after_the_bills_are_stored(c):
         out, err = folding.communicate(timeout=60)
         assert folding.returncode == 0, err
         assert "rollup: 5 bill(s)" in out, out
+        waiting, exported_at, at = behind()
+        assert waiting == 0 and abs(exported_at - at) < 1 and at > migrated_at
         # Each hour as common/billing.h splits the bills (the floor rule),
         # and the schema-10 bill's hour as it was.
         want = {}
@@ -1120,8 +1142,10 @@ def test_hours_are_counted_once_after_the_bills_are_stored(c):
                  has_function_privilege('planc_reader', 'planc.next_bill_seq()', 'EXECUTE'),
                  has_table_privilege('planc_writer', 'planc.rollup_state', 'UPDATE'),
                  has_table_privilege('planc_reader', 'planc.rollup_state', 'SELECT'),
-                 has_sequence_privilege('planc_reader', 'planc.bill_seq', 'USAGE')""")
-        assert privs.strip() == "t|f|t|f|f", privs
+                 has_sequence_privilege('planc_reader', 'planc.bill_seq', 'USAGE'),
+                 has_function_privilege('planc_metrics', 'planc.metrics_rollup()', 'EXECUTE'),
+                 has_function_privilege('planc_reader', 'planc.metrics_rollup()', 'EXECUTE')""")
+        assert privs.strip() == "t|f|t|f|f|t|f", privs
     finally:
         run("-d", "postgres", "-c", f"DROP DATABASE IF EXISTS {db}")
 

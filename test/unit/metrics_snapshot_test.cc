@@ -137,6 +137,8 @@ TEST(DatabaseSamplesTest, BilledTotalsPerAccountAndTierAndTheNewestBill) {
   d.totals = {{"planc", "acct spot", "P3", 7200.5, 14400, 30923764531.2, 1.234567, "CNY"},
               {"planc", "acct-x", "", 1, 2, 3, 0, "CNY"}};
   d.unmeasured_7d = 4;
+  d.waiting_for_hours = 17;
+  d.hours_rolled_up_at = 1800000123;
   d.query_seconds = 0.012;
   MetricsSnapshot s;
   s.source = "database";
@@ -164,6 +166,8 @@ TEST(DatabaseSamplesTest, BilledTotalsPerAccountAndTierAndTheNewestBill) {
   EXPECT_EQ(v["planc_billed_gpu_seconds_total cluster=planc account=acct-x tier=none"], 1)
       << "a QoS that is no tier";
   EXPECT_EQ(v["planc_bills_unmeasured"], 4);
+  EXPECT_EQ(v["planc_bills_waiting_for_hourly_totals"], 17);
+  EXPECT_EQ(v["planc_hourly_totals_updated_timestamp_seconds"], 1800000123);
   EXPECT_EQ(v["planc_database_query_seconds"], 0.012);
   EXPECT_EQ(v.count("planc_bill_newest_end_timestamp_seconds"), 0u) << "no bill: no sample";
   d.newest_bill_end = 1800000000;
