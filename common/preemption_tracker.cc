@@ -301,6 +301,22 @@ void PreemptionTracker::done(const TrackerAction& a, bool happened) {
   }
 }
 
+std::optional<bool> PreemptionTracker::own_victim_in_grace(uint32_t preemptor,
+                                                           uint32_t candidate) const {
+  auto pit = preemptors_.find(preemptor);
+  if (pit == preemptors_.end()) return std::nullopt;
+  bool any = false, found = false;
+  for (const auto& [job, run] : pit->second.victims) {
+    auto it = victims_.find(job);
+    if (it == victims_.end() || it->second.phase != Phase::kGrace ||
+        it->second.event.victim_run != run || it->second.event.preemptor_job != preemptor)
+      continue;
+    any = true;
+    found = found || job == candidate;
+  }
+  return any ? std::optional<bool>(found) : std::nullopt;
+}
+
 void PreemptionTracker::drop_victim(uint32_t job_id) {
   auto it = victims_.find(job_id);
   if (it == victims_.end()) return;

@@ -207,6 +207,12 @@ class PreemptionTracker {
   static Result<PreemptionTracker> parse(std::string_view text, uint32_t max_count,
                                          uint32_t window_seconds);
 
+  // Whether `candidate` is one of `preemptor`'s victims still in their
+  // grace; nullopt when `preemptor` has none in its grace (preempt/planc
+  // then offers it those victims only: docs/design.md, "A preemptor keeps
+  // the nodes it is clearing").
+  std::optional<bool> own_victim_in_grace(uint32_t preemptor, uint32_t candidate) const;
+
   // For tests and logs.
   size_t in_grace() const;
   bool operator==(const PreemptionTracker& o) const {

@@ -273,6 +273,29 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
     g->last_preemptor = preemptor->job_id;
     g->last_preemptor_tier = er->id;
     const time_t now = time(nullptr);
+    // A preemptor whose own victims are still in their grace is offered
+    // those victims only, whatever their count (each was counted when its
+    // preemption started), until their graces end (docs/design.md, "A
+    // preemptor keeps the nodes it is clearing").  Slurm's backfill plans
+    // a preemptor by removing every candidate at once and placing it as if
+    // their resources were free (select/cons_tres's will-run test), then
+    // holds the nodes it placed it on, not those its preemption is
+    // clearing; so the GPUs its no-grace victims had freed went to other
+    // jobs while its graced victims checkpointed, and it preempted again
+    // elsewhere.  With its own victims only, the nodes it is placed on are
+    // the ones being cleared, and backfill holds them for it.
+    if (planc::slurm::preemption_started_for(preemptor)) {
+      std::optional<bool> own;
+      {
+        planc::MutexLock l(g->mu);
+        own = g->tracker.own_victim_in_grace(preemptor->job_id, preemptee->job_id);
+      }
+      if (own) {
+        if (!*own) return false;
+        note_candidate(preemptor, preemptee);
+        return true;
+      }
+    }
     if (g->in_ledger.maybe_contains(preemptee->job_id)) {
       planc::MutexLock l(g->mu);
       if (g->tracker.capped(preemptee->job_id, now)) return false;

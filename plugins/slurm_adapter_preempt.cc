@@ -411,6 +411,10 @@ int requeue_preempted(uint32_t victim) {
   return job_requeue(slurm_conf.slurm_user_id, victim, nullptr, true, 0);
 }
 
+bool preemption_started_for(const job_record_t* job) {
+  return IS_JOB_PENDING(job) && job->details && job->details->preempt_start_time;
+}
+
 bool release_preemptor(uint32_t preemptor) {
   job_record_t* p = find_job_record(preemptor);
   if (!p || !IS_JOB_PENDING(p) || !p->details || !p->details->preempt_start_time) return false;

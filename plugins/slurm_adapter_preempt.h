@@ -154,6 +154,11 @@ bool call_off(uint32_t victim, const std::string& note);
 // partition and federation read).
 int requeue_preempted(uint32_t victim);
 
+// Whether Slurm has started a preemption for pending `job` and still
+// waits for it (its preempt_start_time is set).  REQUIRES the job read
+// lock.
+bool preemption_started_for(const job_record_t* job);
+
 // A pending preemptor whose victims are gone may preempt again now: clears
 // its preempt_start_time.  false when it no longer waits.  REQUIRES the
 // job write lock.

@@ -117,6 +117,35 @@ TEST(PreemptionTrackerTest, VictimStartedAfterTheViewIsLookedAtNextTime) {
             std::vector<K>{K::kReleasePreemptor});
 }
 
+// A preemptor with victims in their grace is offered those only: the
+// tracker says which of a candidate's preemptor's victims are in their
+// grace, and nothing once no grace of its own runs (no-grace victims,
+// another preemptor's, a grace ended, a new round of preemption).
+TEST(PreemptionTrackerTest, APreemptorsOwnVictimsInTheirGrace) {
+  constexpr uint32_t kNoGrace = 11, kOther = 12, kOtherPreemptor = 98;
+  PreemptionTracker t(3, 86400);
+  EXPECT_FALSE(t.own_victim_in_grace(kPreemptor, kVictim)) << "nothing in flight";
+  t.start(event(kNoGrace, 0), kT0ms);
+  EXPECT_FALSE(t.own_victim_in_grace(kPreemptor, kNoGrace)) << "a no-grace victim is no grace";
+  t.start(event(), kT0ms);
+  t.start(event(kOther, 30, kT0, true, kOtherPreemptor), kT0ms);
+  EXPECT_EQ(t.own_victim_in_grace(kPreemptor, kVictim), std::optional<bool>(true));
+  EXPECT_EQ(t.own_victim_in_grace(kPreemptor, kNoGrace), std::optional<bool>(false));
+  EXPECT_EQ(t.own_victim_in_grace(kPreemptor, kOther), std::optional<bool>(false))
+      << "another preemptor's victim";
+  EXPECT_EQ(t.own_victim_in_grace(kOtherPreemptor, kOther), std::optional<bool>(true));
+  EXPECT_EQ(t.own_victim_in_grace(kOtherPreemptor, kVictim), std::optional<bool>(false));
+  // Its grace over: the preemptor is offered everything again.
+  auto seen = in_grace();
+  seen[kOther] = view(S::kRunning, true);
+  seen[kOtherPreemptor] = view(S::kPending, false, true);
+  seen[kNoGrace] = view(S::kPending);
+  for (const auto& a : t.plan(kT0ms + 30'000 + kGraceSlackMs, seen))
+    if (a.kind == K::kEndGrace) t.done(a, true);
+  EXPECT_FALSE(t.own_victim_in_grace(kPreemptor, kVictim));
+  EXPECT_FALSE(t.own_victim_in_grace(kOtherPreemptor, kOther));
+}
+
 // What Slurm's callbacks change moves version(): the worker's view taken
 // across such a change is stale.  Its own actions do not.
 TEST(PreemptionTrackerTest, VersionMovesWithSlurmsCallbacksOnly) {
