@@ -532,6 +532,40 @@ def test_a_whole_node_p0_clears_the_nodes_with_the_fewest_victims(c):
     assert submit_to_start(c, p0) <= 5, c.show_job(p0)
 
 
+def test_a_preemptor_keeps_the_node_its_no_grace_victim_freed(c):
+    """A 16-GPU P0 job needs two whole nodes: it takes gpu4's P3 run (no
+    grace) and gpu3's P2 run (30 s of grace); gpu1 and gpu2 hold P2 runs
+    started a minute mark earlier, so gpu3's is the shorter run and goes
+    first.  While the P2 victim checkpoints, gpu4 stands free and an 8-GPU
+    P3 job waits for any node.  The P0 job keeps gpu4: it runs on gpu3 and
+    gpu4 with those two victims only, within 40 s, and the waiting job
+    still waits.  (Slurm's backfill places a waiting preemptor as if every
+    candidate were gone, which here is gpu1 and gpu2, and holds those; the
+    waiting P3 job and the requeued victim started on gpu4 by turns, and
+    the P0 job preempted them again: four victims.)"""
+    old = [submit(c, "pcbob", "acct-spot", "p2", 8, "-w", n) for n in ("gpu1", "gpu2")]
+    c.wait_for("the older P2 runs", lambda: all(running(c, j) for j in old), timeout=60)
+    started = max(datetime.datetime.fromisoformat(c.show_job(j)["StartTime"]).timestamp()
+                  for j in old)
+    c.wait_for("the next minute mark", lambda: time.time() // 60 > started // 60, timeout=70)
+    p3 = submit(c, "pcbob", "acct-spot", "p3", 8, "-w", "gpu4")
+    p2 = submit(c, "pcbob", "acct-spot", "p2", 8, "-w", "gpu3")
+    c.wait_for("gpu3's and gpu4's runs", lambda: running(c, p3) and running(c, p2), timeout=60)
+    waiting = submit(c, "pcbob", "acct-spot", "p3", 8)
+    log = c.log_offset()
+    p0 = submit(c, "pcalice", "acct-lease", "p0", 8, "-N2")
+    c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=90)
+    victims = sorted(victims_of(c, log, p0))
+    where = {j: (c.state(j), c.squeue_field(j, "%N")) for j in old + [p3, p2, waiting]}
+    print(f"\nP0 keeping its nodes: running {submit_to_start(c, p0):.0f} s after submission "
+          f"on {c.show_job(p0)['NodeList']}; victims {victims}; the others {where}")
+    assert victims == sorted([(p3, "P3"), (p2, "P2")]), (victims, c.log_since(log)[-4000:])
+    assert c.show_job(p0)["NodeList"] == "gpu[3-4]"
+    assert c.state(waiting) == "PENDING", where
+    assert all(running(c, j) for j in old), where
+    assert submit_to_start(c, p0) <= 40, c.show_job(p0)
+
+
 def start_a_4_gpu_p1(c, what, watched):
     """Submits a 4-GPU P1 job and waits until it runs; returns it and the
     states of the `watched` jobs then (printed with where it went)."""
