@@ -344,7 +344,7 @@ std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids) {
     v.in_preemption = job->preempt_time != 0;
     v.preempted_state = (job->job_state & JOB_STATE_BASE) == JOB_PREEMPTED;
     v.cancelled = (job->job_state & JOB_STATE_BASE) == JOB_CANCELLED;
-    v.waits_on_preemption = IS_JOB_PENDING(job) && job->details && job->details->preempt_start_time;
+    v.waits_on_preemption = preemption_started_for(job);
     v.run = job->restart_cnt;
     out[id] = v;
   }
@@ -417,7 +417,7 @@ bool preemption_started_for(const job_record_t* job) {
 
 bool release_preemptor(uint32_t preemptor) {
   job_record_t* p = find_job_record(preemptor);
-  if (!p || !IS_JOB_PENDING(p) || !p->details || !p->details->preempt_start_time) return false;
+  if (!p || !preemption_started_for(p)) return false;
   p->details->preempt_start_time = 0;
   return true;
 }

@@ -1010,6 +1010,7 @@ def test_hours_are_counted_once_after_the_bills_are_stored(c):
     writer may number bills and move the rollup's state."""
     db = "planc_rollup_test"
     sql = os.path.join(ROOT, "sql")
+    dsn = f"host={c.env['PGHOST']} port={c.env['PGPORT']} dbname={db} user=postgres"
 
     def run(*args, ok=True):
         p = subprocess.run(["psql", "-X", "-q", "-t", "-A", "-F", "|", "-v", "ON_ERROR_STOP=1",
@@ -1019,8 +1020,7 @@ def test_hours_are_counted_once_after_the_bills_are_stored(c):
         return p.stdout
 
     def rollup():
-        p = c.run(BILL_TOOL, "--db", f"host={c.env['PGHOST']} port={c.env['PGPORT']} dbname={db}"
-                  " user=postgres", "rollup")
+        p = c.run(BILL_TOOL, "--db", dsn, "rollup")
         assert p.returncode == 0, p.stderr
         return p.stdout
 
@@ -1029,8 +1029,7 @@ def test_hours_are_counted_once_after_the_bills_are_stored(c):
         waiting for the hourly totals, and when bills were last added, with
         planc.rollup_state's own time."""
         p = subprocess.run([os.path.join(ROOT, "planc-exporter"), "--once", "--state-dir",
-                            os.path.join(c.dir, "state", "ctld"), "--database", f"host={c.env['PGHOST']} "
-                            f"port={c.env['PGPORT']} dbname={db} user=postgres"],
+                            os.path.join(c.dir, "state", "ctld"), "--database", dsn],
                            capture_output=True, text=True, timeout=60, env=c.env)
         assert 'planc_exporter_source_up{source="database"} 1' in p.stdout, p.stdout + p.stderr
         m = dict(line.split(" ", 1) for line in p.stdout.splitlines()
@@ -1100,8 +1099,7 @@ def test_hours_are_counted_once_after_the_bills_are_stored(c):
             "-d", db, "-c", "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
             " AND mode = 'ShareLock'").strip() == "1", timeout=30, interval=0.1)
         folding = subprocess.Popen(
-            [BILL_TOOL, "--db", f"host={c.env['PGHOST']} port={c.env['PGPORT']} dbname={db}"
-             " user=postgres", "rollup"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            [BILL_TOOL, "--db", dsn, "rollup"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=c.env, cwd="/tmp")
         c.wait_for("the rollup to wait for the writer", lambda: run(
             "-d", db, "-c", "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
