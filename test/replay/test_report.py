@@ -563,6 +563,43 @@ def test_the_fewest_p3_runs_a_whole_node_guaranteed_job_could_have_cleared(tmp_p
     assert R.fewest_p3_to_clear(run, "24", 1100.0, gpus_per_node=1) is None
 
 
+def test_p3_runs_a_preemptor_took_in_more_than_one_round_of_one_wait(tmp_path):
+    # Job 24 (P1) takes P3 run 22 at 1100 and, not started, P3 run 23 at
+    # 1101.5 (a second round; 25, a P2 run taken beside it, is not P3),
+    # starts at 1102; requeued, it waits again and takes 27 and 29 at 1200
+    # and 1200.3 (one round: 0.5 s apart at most).  Job 26 (P0) takes 22
+    # again at 1300 in one round.  The rounds are Slurm's lines.
+    jobs = [("w2", 22, "P3", 2, 1000, 1000, 1001, 1360, "CANCELLED", 1),
+            ("w3", 23, "P3", 2, 1000, 1000, 1001, 1360, "CANCELLED", 1),
+            ("w4", 24, "P1", 4, 1099, 1099, 1102, 1360, "CANCELLED", 1),
+            ("w5", 25, "P2", 4, 1000, 1000, 1001, 1360, "CANCELLED", 1),
+            ("w6", 26, "P0", 2, 1299, 1299, 1301, 1360, "CANCELLED", 0),
+            ("w7", 27, "P3", 1, 1000, 1000, 1001, 1360, "CANCELLED", 1),
+            ("w9", 29, "P3", 1, 1000, 1000, 1001, 1360, "CANCELLED", 1)]
+    bills = [(j[1], 0, j[2], j[6], 1360, "CANCELLED", j[3], 10, "") for j in jobs]
+    d = write_run(str(tmp_path / "planc-1"), jobs=jobs, bills=bills)
+    assert R.repeated_p3_takes(R.Run(d)) is None  # no log
+
+    def took(t, victim, by):
+        return (f"[1970-01-01T00:{t}] preempted JobId={victim} has been requeued to reclaim "
+                f"resources for JobId={by}\n")
+    with open(os.path.join(d, "slurmctld.log"), "w") as f:
+        f.write("[1970-01-01T00:16:39.000] _slurm_rpc_submit_batch_job: JobId=24 InitPrio=1 usec=1\n"
+                + took("18:20.000", 22, 24) + took("18:21.500", 23, 24)
+                + took("18:21.500", 25, 24)
+                + "[1970-01-01T00:18:22.000] sched: Allocate JobId=24 NodeList=gpu1 #CPUs=1\n"
+                + took("20:00.000", 27, 24) + took("20:00.300", 29, 24)
+                + "[1970-01-01T00:20:01.000] sched: Allocate JobId=24 NodeList=gpu2 #CPUs=1\n"
+                + took("21:40.000", 22, 26))
+    run = R.Run(d)
+    assert R.repeated_p3_takes(run) == {
+        "waits": 3, "earlier": 1,
+        "repeats": [{"job_id": "24", "tier": "P1", "rounds": [(0.0, 1), (1.5, 1)]}]}
+    assert ("Of 3 waits in which a preemptor took P3 runs, 1 took them in more than one round "
+            "(1 P3 run in the rounds before the last, whose GPUs the preemptor did not start "
+            "on): job 24 (P1) 1 at 0 s, 1 at 1.5 s." in R._run_section(run, R.compute_kpis(run), []))
+
+
 def test_the_spread_of_guaranteed_work_at_whole_node_submissions(tmp_path):
     # Nodes of 4 GPUs here.  Two 1-GPU guaranteed jobs run on gpu1 and gpu2
     # when the 4-GPU P0 job 23 is submitted (1095): 2 nodes hold guaranteed

@@ -881,6 +881,57 @@ def whole_node_p3_takes(run: Run) -> Optional[Dict[str, int]]:
     return out
 
 
+def repeated_p3_takes(run: Run, gap: float = 0.5) -> Optional[Dict[str, object]]:
+    """Preemptors that took P3 runs (by submitted tier) in more than one
+    round while waiting once (between two of their starts, or before the
+    first): rounds are preemptions more than `gap` seconds apart, from
+    Slurm's own preemption line in slurmctld's log (P3 runs have no grace,
+    so the line is written as the decision is taken, under stock
+    preempt/qos as under preempt/planc).  The runs an earlier round took
+    freed GPUs the preemptor did not start on.  Returns {"waits": waits
+    that took P3 runs in the run's window, "repeats": [{"job_id", "tier",
+    "rounds": [(seconds after the first round, P3 runs taken)]}],
+    "earlier": P3 runs taken in rounds before a wait's last}; None without
+    the log."""
+    pre = log_preemptions(run)
+    if pre is None:
+        return None
+    jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
+    # per preemptor, its P3 takes and its starts, in time order
+    timeline_of: Dict[str, List[Tuple[float, int]]] = {}  # (time, 1 take / 0 start)
+    for p in pre:
+        v = jobs.get(p["job_id"])
+        if v and v["tier"] == "P3" and run.t0 <= p["time"] <= run.end:
+            timeline_of.setdefault(p["by"], []).append((p["time"], 1))
+    for e in log_events(run):
+        if e["kind"] == "start" and e["job_id"] in timeline_of:
+            timeline_of[e["job_id"]].append((e["time"], 0))
+    out: Dict[str, object] = {"waits": 0, "repeats": [], "earlier": 0}
+    for by in sorted(timeline_of, key=int):
+        waits: List[List[float]] = [[]]
+        for t, take in sorted(timeline_of[by]):
+            if take:
+                waits[-1].append(t)
+            elif waits[-1]:
+                waits.append([])
+        for w in waits:
+            if not w:
+                continue
+            out["waits"] += 1
+            rounds: List[List[float]] = []
+            for t in w:
+                if rounds and t - rounds[-1][-1] <= gap:
+                    rounds[-1].append(t)
+                else:
+                    rounds.append([t])
+            if len(rounds) > 1:
+                out["repeats"].append({
+                    "job_id": by, "tier": jobs[by]["tier"] if by in jobs else "?",
+                    "rounds": [(round(r[0] - w[0], 1), len(r)) for r in rounds]})
+                out["earlier"] += sum(len(r) for r in rounds[:-1])
+    return out
+
+
 def guaranteed_spread(run: Run, gpus_per_node: int = 8) -> Optional[Dict[str, object]]:
     """At each submission of a guaranteed (P0/P1) job that needs whole
     nodes (gpus_per_node GPUs or more): how many nodes held guaranteed work
@@ -1420,6 +1471,18 @@ def _run_section(run: Run, k: Dict[str, object], problems: List[str]) -> str:
                      f"run{'' if takes['taken'] == 1 else 's'} ({takes['preemptors']} "
                      f"preemptor{'' if takes['preemptors'] == 1 else 's'}); the nodes each could "
                      f"have cleared held {takes['fewest']} at the fewest, when it first preempted.")
+    again = repeated_p3_takes(run)
+    if again and again["waits"]:
+        lines.append("")
+        n = len(again["repeats"])
+        lines.append(
+            f"Of {again['waits']} waits in which a preemptor took P3 runs, {n} took them in "
+            f"more than one round ({again['earlier']} P3 run{'' if again['earlier'] == 1 else 's'} "
+            "in the rounds before the last, whose GPUs the preemptor did not start on)"
+            + ("" if not n else ": " + "; ".join(
+                f"job {r['job_id']} ({r['tier']}) "
+                + ", ".join(f"{c} at {t:g} s" for t, c in r["rounds"])
+                for r in again["repeats"])) + ".")
     spread = guaranteed_spread(run)
     if spread and spread["submissions"]:
         lines.append("")
