@@ -30,6 +30,7 @@ bool holds_resources(const JobView& v) {
 std::string why_not_needed(uint32_t preemptor, const JobView& v) {
   std::string job = "job " + std::to_string(preemptor);
   if (v.state == State::kRunning) return job + " started without it";
+  if (v.state == State::kPending && v.held) return job + " is held";
   if (v.cancelled) return job + " was cancelled";
   if (v.state == State::kFinished || v.state == State::kCompleting) return job + " ended";
   return job + " is gone";
@@ -209,7 +210,9 @@ std::vector<TrackerAction> PreemptionTracker::plan(TimeMs now_ms,
         } else if (jv.state == State::kRunning && jv.in_preemption) {
           const uint32_t p = v.event.preemptor_job;
           const JobView& pv = view_of(seen, p);
-          if (p && pv.state != State::kPending) {
+          // A held preemptor cannot start: nothing needs the victim's
+          // GPUs until it is released, and then it preempts again.
+          if (p && (pv.state != State::kPending || pv.held)) {
             out.push_back({K::kCallOff, id, p, why_not_needed(p, pv), v.event});
           } else if (now_ms >= grace_end_ms(v.event)) {
             out.push_back({K::kEndGrace, id, p, "", v.event});

@@ -78,6 +78,7 @@ struct JobView {
   bool preempted_state = false;      // its base state is PREEMPTED
   bool waits_on_preemption = false;  // a preemptor: pending with preempt_start_time set
   bool cancelled = false;            // finished as CANCELLED
+  bool held = false;                 // pending and held (scontrol hold: priority 0)
   uint32_t run = 0;                  // Slurm's restart count: which run this is
 };
 

@@ -163,6 +163,30 @@ def test_cancelled_preemptor_calls_the_preemption_off(c):
     assert "preemption 1 of at most 3 per 24 h" in note(c, victim)
 
 
+def test_held_preemptor_calls_the_preemption_off_and_preempts_again_once_released(c):
+    """The owner holds the P0 job in its victim's grace: nothing can use the
+    victim's GPUs, so it keeps its run.  Released, the P0 job preempts it
+    again: a new grace, and still its first preemption."""
+    victim, p0 = victim_and_preemptor(c, c.stubborn)
+    c.run("scontrol", "hold", p0, user="pcalice", check=True)
+    called_off = c.wait_for("the note to say the preemption is called off",
+                            lambda: "called off" in note(c, victim) and note(c, victim),
+                            timeout=10)
+    assert re.search(rf"planc: preemption at \S+ by job {p0} \(P0 p0-lease\) called off at \S+ "
+                     rf"\(job {p0} is held\); SIGTERM was sent at \S+; this job keeps "
+                     r"running and the preemption is not counted \(0 of at most 3 per 24 h\)",
+                     called_off), called_off
+    assert c.show_job(victim)["PreemptTime"] == "None"
+    assert c.state(p0) == "PENDING"
+    c.run("scontrol", "release", p0, user="pcalice", check=True)
+    c.wait_for("the second preemption's note",
+               lambda: re.search(rf"by job {p0} \(P0 p0-lease\); SIGTERM sent",
+                                 note(c, victim).split("called off")[-1]), timeout=30)
+    assert "preemption 1 of at most 3 per 24 h" in note(c, victim)
+    c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=60)
+    assert [k for k, _ in events(c, victim)].count("start") == 1, "one run, never restarted"
+
+
 def test_restart_during_the_grace_keeps_the_40_s(c):
     victim, p0 = victim_and_preemptor(c, c.stubborn)
     sigterm = first(c, victim, "SIGTERM")

@@ -170,8 +170,11 @@ TEST(PreemptionTrackerTest, CalledOffWhenThePreemptorNoLongerNeedsTheVictim) {
   };
   JobView cancelled = view(S::kFinished);
   cancelled.cancelled = true;
+  JobView held = view(S::kPending, false, true);
+  held.held = true;
   const Case cases[] = {
       {"cancelled", cancelled, "job 99 was cancelled"},
+      {"held", held, "job 99 is held"},
       {"ended", view(S::kFinished), "job 99 ended"},
       {"purged", view(S::kGone), "job 99 is gone"},
       {"started elsewhere", view(S::kRunning), "job 99 started without it"},
