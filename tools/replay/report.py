@@ -852,22 +852,29 @@ def fewest_p3_to_clear(run: Run, preemptor: str, at: float,
     return sum(sorted(p3_counts)[:need])
 
 
+def p3_takes(run: Run) -> Optional[List[Dict]]:
+    """The preemptions (log_preemptions) in the run's window whose victim
+    was submitted as P3 (free attempts included); None without the log."""
+    pre = log_preemptions(run)
+    if pre is None:
+        return None
+    jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
+    return [p for p in pre if p["job_id"] in jobs and jobs[p["job_id"]]["tier"] == "P3"
+            and run.t0 <= p["time"] <= run.end]
+
+
 def whole_node_p3_takes(run: Run) -> Optional[Dict[str, int]]:
     """Guaranteed jobs that need whole nodes and preempted P3-counted runs
     (by submitted tier) in the run's window: how many such preemptors,
     the P3 runs they took, and the fewest they could have (the sum of
     fewest_p3_to_clear at each one's first P3 victim; preemptors for which
     it is not known are left out of all three).  None without the log."""
-    pre = log_preemptions(run)
-    if pre is None:
+    takes = p3_takes(run)
+    if takes is None:
         return None
-    jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
     first: Dict[str, float] = {}
     taken: Dict[str, int] = {}
-    for p in pre:
-        v = jobs.get(p["job_id"])
-        if not v or v["tier"] != "P3" or not run.t0 <= p["time"] <= run.end:
-            continue
+    for p in takes:
         first[p["by"]] = min(first.get(p["by"], p["time"]), p["time"])
         taken[p["by"]] = taken.get(p["by"], 0) + 1
     out = {"preemptors": 0, "taken": 0, "fewest": 0}
@@ -893,16 +900,14 @@ def repeated_p3_takes(run: Run, gap: float = 0.5) -> Optional[Dict[str, object]]
     "rounds": [(seconds after the first round, P3 runs taken)]}],
     "earlier": P3 runs taken in rounds before a wait's last}; None without
     the log."""
-    pre = log_preemptions(run)
-    if pre is None:
+    takes = p3_takes(run)
+    if takes is None:
         return None
     jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
     # per preemptor, its P3 takes and its starts, in time order
     timeline_of: Dict[str, List[Tuple[float, int]]] = {}  # (time, 1 take / 0 start)
-    for p in pre:
-        v = jobs.get(p["job_id"])
-        if v and v["tier"] == "P3" and run.t0 <= p["time"] <= run.end:
-            timeline_of.setdefault(p["by"], []).append((p["time"], 1))
+    for p in takes:
+        timeline_of.setdefault(p["by"], []).append((p["time"], 1))
     for e in log_events(run):
         if e["kind"] == "start" and e["job_id"] in timeline_of:
             timeline_of[e["job_id"]].append((e["time"], 0))
