@@ -262,6 +262,7 @@ class Parser {
   bool set_p3_budget(const Pair& p) { return uint_value(p, 0, 100, &cfg_.p3_preempt_max_percent); }
   bool set_p3_soft(const Pair& p) { return uint_value(p, 0, 100, &cfg_.p3_preempt_soft_percent); }
   bool set_pack_guaranteed(const Pair& p) { return bool_value(p, &cfg_.pack_guaranteed); }
+  bool set_spare_p3(const Pair& p) { return bool_value(p, &cfg_.whole_node_spare_p3); }
   bool set_p3_budget_window(const Pair& p) {
     return duration_value(p, 1, 7 * 86400, &cfg_.p3_preempt_window_seconds);
   }
@@ -684,6 +685,7 @@ class Parser {
       {"P3PreemptWindow", &Parser::set_p3_budget_window},
       {"P3PreemptSoftPercent", &Parser::set_p3_soft},
       {"PackGuaranteed", &Parser::set_pack_guaranteed},
+      {"WholeNodeSpareP3", &Parser::set_spare_p3},
       {"GraceFinishedExitCode", &Parser::set_finished_code},
       {"StarvationThreshold", &Parser::set_starvation_threshold},
       {"StarvationInterval", &Parser::set_starvation_interval},

@@ -143,7 +143,7 @@ bool NodeCrowding::offer(uint32_t preemptor, uint32_t candidate, const std::func
 
 void NodeCrowding::begin(uint32_t preemptor, Ask ask, size_t node_count) {
   for (uint32_t n : touched_)
-    if (n < per_node_.size()) per_node_[n] = 0;
+    if (n < per_node_.size()) per_node_[n] = p3_per_node_[n] = 0;
   touched_.clear();
   held_.clear();
   victims_.clear();
@@ -152,13 +152,25 @@ void NodeCrowding::begin(uint32_t preemptor, Ask ask, size_t node_count) {
   const bool whole = ask.whole_nodes;
   ask_ = std::move(ask);
   open_ = true;
-  if (whole && per_node_.size() != node_count) per_node_.assign(node_count, 0);
+  if (whole && per_node_.size() != node_count) {
+    per_node_.assign(node_count, 0);
+    p3_per_node_.assign(node_count, 0);
+  }
 }
 
-void NodeCrowding::add(uint32_t node) {
+void NodeCrowding::add(uint32_t node, bool p3) {
   if (!ask_.whole_nodes || !open_ || node >= per_node_.size()) return;
   if (!per_node_[node]) touched_.push_back(node);
   if (per_node_[node] < UINT16_MAX) ++per_node_[node];
+  if (p3 && p3_per_node_[node] < UINT16_MAX) ++p3_per_node_[node];
+}
+
+uint32_t NodeCrowding::crowd(uint32_t node) const {
+  const uint32_t runs = on_node(node);
+  if (!ask_.spare_p3 || !runs) return runs;
+  // (P3 runs, one at least; runs) in one key below kNotNeeded: 6 x 10.
+  const uint32_t p3 = std::clamp<uint32_t>(p3_per_node_[node], 1, 6);
+  return (p3 - 1) * 10 + std::min<uint32_t>(runs, 9);
 }
 
 void NodeCrowding::add(uint32_t node, uint32_t job, uint32_t gpus,

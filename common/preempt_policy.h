@@ -175,6 +175,9 @@ class NodeCrowding {
     bool whole_nodes = false;
     uint32_t gpus = 0;     // GPUs on a node, when not whole nodes
     std::string gpu_type;  // of that type only, unless empty
+    // Whole nodes: a node's P3 runs past its first rank it after nodes
+    // with fewer (crowd()); planc.conf WholeNodeSpareP3.
+    bool spare_p3 = false;
     bool counts() const { return whole_nodes || gpus; }
   };
   static constexpr uint32_t kNotNeeded = 62;
@@ -202,8 +205,8 @@ class NodeCrowding {
   bool whole_nodes() const { return ask_.whole_nodes; }
   bool gpus_on_a_node() const { return !ask_.whole_nodes && ask_.gpus; }
   // Whole nodes: a candidate on node `node` (node index; one call per
-  // node it holds).
-  void add(uint32_t node);
+  // node it holds); `p3`: it counts as P3 (free attempts do).
+  void add(uint32_t node, bool p3 = false);
   // GPUs on a node: the candidate `job` holds `gpus` GPUs on node `node`,
   // which has `node_gpus` (nullopt: the preemptor cannot use the node);
   // `in_grace`: it is already being preempted; `order`: its victim_rank()
@@ -217,6 +220,13 @@ class NodeCrowding {
   uint32_t on_node(uint32_t node) const {
     return ask_.whole_nodes && node < per_node_.size() ? per_node_[node] : 0;
   }
+  // Whole nodes: node `node`'s key in the victim order (lower: cleared
+  // first; below kNotNeeded), 0 when not counting.  on_node(), or with
+  // ask().spare_p3 its P3 runs first, a single one counting as none (one
+  // run is one run, and the tier order decides between two nodes of one
+  // run each), then on_node().  A candidate's key is the largest of its
+  // nodes'.
+  uint32_t crowd(uint32_t node) const;
   // GPUs on a node: how many runs must go for the preemptor's GPUs on
   // the best node `job` is on, when `job` is among them (plus kClear on
   // a node that holds only candidates); kNotNeeded when it is not; 0
@@ -262,6 +272,7 @@ class NodeCrowding {
   Ask ask_;
   bool open_ = false;
   std::vector<uint16_t> per_node_;
+  std::vector<uint16_t> p3_per_node_;  // of per_node_, those that count as P3
   std::vector<uint32_t> touched_;      // nodes counted this round (a cheap reset)
   std::map<uint32_t, NodeHeld> held_;  // GPUs on a node: per node
   std::map<uint32_t, Mark> victims_;   // ... per candidate, worked out

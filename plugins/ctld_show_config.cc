@@ -140,6 +140,7 @@ void show_config(Controller& c, config_plugin_params_t* p) {
   add_pair(p->key_pairs, "RunJournal",
            c.journal_dir.empty() ? "off (see slurmctld's log)" : c.journal_dir);
   add_pair(p->key_pairs, "PackGuaranteed", cfg.pack_guaranteed ? "yes" : "no");
+  add_pair(p->key_pairs, "WholeNodeSpareP3", cfg.whole_node_spare_p3 ? "yes" : "no");
   add_pair(p->key_pairs, "PackWeightChanges", std::to_string(c.stats.weight_changes.load()));
   add_pair(p->key_pairs, "RunJournalRecords", std::to_string(c.stats.journal_records.load()));
   add_pair(p->key_pairs, "RunJournalDropped", std::to_string(c.stats.journal_dropped.load()));

@@ -88,12 +88,13 @@ bool within_p3_budget(job_record_t* preemptor, bool preemptor_spot, uint32_t can
   return true;
 }
 
-// Whole nodes: the candidates on the most crowded of `job`'s nodes.
-uint32_t most_crowded(job_record_t* job) REQUIRES(g->crowding_mu) {
+// Whole nodes: the candidates on the most crowded of `job`'s nodes
+// (`key`: the largest of its nodes' keys in the victim order).
+uint32_t most_crowded(job_record_t* job, bool key = false) REQUIRES(g->crowding_mu) {
   uint32_t most = 0;
   // The analysis does not see crowding_mu held around the callback.
-  planc::slurm::for_each_node(job, [&most](uint32_t n) NO_THREAD_SAFETY_ANALYSIS {
-    most = std::max(most, g->crowding.on_node(n));
+  planc::slurm::for_each_node(job, [&most, key](uint32_t n) NO_THREAD_SAFETY_ANALYSIS {
+    most = std::max(most, key ? g->crowding.crowd(n) : g->crowding.on_node(n));
   });
   return most;
 }
@@ -158,6 +159,7 @@ void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
   auto ask = [preemptor] {
     planc::NodeCrowding::Ask a;
     a.whole_nodes = planc::slurm::needs_whole_nodes(preemptor);
+    a.spare_p3 = a.whole_nodes && policy(*g).config->whole_node_spare_p3;
     if (!a.whole_nodes)
       a.gpus = static_cast<uint32_t>(
           std::min<uint64_t>(planc::slurm::gpus_per_node_asked(preemptor), UINT32_MAX));
@@ -167,8 +169,11 @@ void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
   if (!g->crowding.offer(preemptor->job_id, preemptee->job_id, ask, planc::slurm::node_count()))
     return;
   if (g->crowding.whole_nodes()) {
-    planc::slurm::for_each_node(preemptee,
-                                [](uint32_t n) NO_THREAD_SAFETY_ANALYSIS { g->crowding.add(n); });
+    const Policy& pol = policy(*g);
+    const Tier* t = planc::slurm::job_tier(pol.tiers, preemptee);
+    const bool p3 = t && planc::slurm::counted_tier_of(preemptee, t->id) == TierId::kP3;
+    planc::slurm::for_each_node(
+        preemptee, [p3](uint32_t n) NO_THREAD_SAFETY_ANALYSIS { g->crowding.add(n, p3); });
     return;
   }
   const bool in_grace = preemptee->preempt_time != 0;
@@ -351,7 +356,7 @@ PLANC_EXPORT int preempt_p_get_data(job_record_t* job_ptr, slurm_preempt_data_ty
         }
         planc::VictimFacts v = victim_facts(job_ptr, time(nullptr));
         if (g->crowding.whole_nodes())
-          v.node_victims = most_crowded(job_ptr);
+          v.node_victims = most_crowded(job_ptr, true);
         else if (g->crowding.gpus_on_a_node())
           v.node_victims = g->crowding.fewest_victims(job_ptr->job_id);
         *static_cast<uint32_t*>(data) = planc::victim_rank(v);

@@ -468,6 +468,60 @@ TEST(VictimOrderTest, WholeNodePreemptorsClearTheLeastCrowdedNodesFirst) {
   EXPECT_EQ(crowd(c, {99}), 0u);
 }
 
+// WholeNodeSpareP3: a node holding several small P3 runs is cleared after
+// nodes holding at most one P3 run, even ones with more runs; between two
+// nodes of one run each the tier order still decides (P3 first).
+TEST(VictimOrderTest, WholeNodeSpareP3ClearsNodesWithFewerP3RunsFirst) {
+  const TierTable t = TierTable::defaults();
+  const uint8_t p3 = t.tier(TierId::kP3).victim_class, p2 = t.tier(TierId::kP2).victim_class;
+  // Node 0: five 1-GPU P3 runs and two P2 runs; node 1: one P3 run and
+  // six P2 runs; node 2: one 8-GPU P3 run; node 3: one 8-GPU P2 run;
+  // node 4: two 4-GPU P3 runs; node 5: three P2 runs.
+  auto fill = [](NodeCrowding& c) {
+    for (int i = 0; i < 5; ++i) c.add(0, true);
+    for (int i = 0; i < 2; ++i) c.add(0, false);
+    c.add(1, true);
+    for (int i = 0; i < 6; ++i) c.add(1, false);
+    c.add(2, true);
+    c.add(3, false);
+    c.add(4, true);
+    c.add(4, true);
+    for (int i = 0; i < 3; ++i) c.add(5, false);
+  };
+  NodeCrowding c;
+  NodeCrowding::Ask whole;
+  whole.whole_nodes = true;
+  auto rank = [&](uint8_t cls, uint32_t node) { return victim_rank({cls, 0, 0, c.crowd(node)}); };
+  // Off: the fewest runs, whatever the tier.
+  c.begin(42, whole, 6);
+  fill(c);
+  EXPECT_EQ(c.crowd(0), 7u);
+  EXPECT_LT(rank(p3, 0), rank(p2, 1));  // 7 runs before 7 (P3 first)
+  EXPECT_LT(rank(p3, 4), rank(p2, 5));  // 2 runs before 3
+  // On: node 1 (one P3 run) before node 0 (five), node 5 (no P3) before
+  // node 4 (two); nodes 2 and 3, one run each: the P3 run first.
+  whole.spare_p3 = true;
+  c.begin(43, whole, 6);
+  fill(c);
+  EXPECT_EQ(c.on_node(0), 7u);  // the count itself (the P3 budget's) is unchanged
+  EXPECT_LT(rank(p2, 1), rank(p3, 0));
+  EXPECT_LT(rank(p3, 1), rank(p3, 0));
+  EXPECT_LT(rank(p2, 5), rank(p3, 4));
+  EXPECT_LT(rank(p3, 2), rank(p2, 3));
+  EXPECT_LT(rank(p2, 3), rank(p3, 4));
+  // Fewer runs still first among nodes of as many P3 runs.
+  EXPECT_LT(rank(p2, 2), rank(p2, 1));
+  // Every key stays below a part-node preemptor's kNotNeeded.
+  for (int i = 0; i < 200; ++i) c.add(0, true);
+  EXPECT_LT(c.crowd(0), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.crowd(7), 0u);  // outside the table
+  // The next round starts from nothing.
+  c.begin(44, whole, 6);
+  EXPECT_EQ(c.crowd(0), 0u);
+  c.add(0, true);
+  EXPECT_EQ(c.crowd(0), 1u);
+}
+
 // A preemptor that needs GPUs on one node: the runs of the node that frees
 // them with the fewest victims come first (the most GPUs first there),
 // the node's other runs after everyone; free GPUs and runs already in
