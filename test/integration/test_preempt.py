@@ -532,6 +532,36 @@ def test_a_whole_node_p0_clears_the_nodes_with_the_fewest_victims(c):
     assert submit_to_start(c, p0) <= 5, c.show_job(p0)
 
 
+def test_whole_node_spare_p3_clears_the_node_of_one_p3_run(c):
+    """WholeNodeSpareP3=yes.  An 8-GPU P0 job needs a whole node.  gpu1
+    holds two 4-GPU P3 runs; gpu2 one 2-GPU P3 run and two 3-GPU P2 runs;
+    gpu3 and gpu4 P1 jobs.  By runs alone gpu1 (two) goes before gpu2
+    (three); with the setting gpu2 does: one P3 run preempted, not two."""
+    c.reload_planc_conf(["WholeNodeSpareP3=yes"])
+    try:
+        guaranteed = [submit(c, "pccarol", "acct-api", "p1", 8, "-w", n)
+                      for n in ("gpu3", "gpu4")]
+        gpu1 = [submit(c, "pcbob", "acct-spot", "p3", 4, "-w", "gpu1") for _ in range(2)]
+        gpu2_p3 = submit(c, "pcbob", "acct-spot", "p3", 2, "-w", "gpu2")
+        gpu2_p2 = [submit(c, "pcbob", "acct-spot", "p2", 3, "-w", "gpu2") for _ in range(2)]
+        everyone = guaranteed + gpu1 + [gpu2_p3] + gpu2_p2
+        c.wait_for("the jobs to run", lambda: all(running(c, j) for j in everyone), timeout=60)
+        log = c.log_offset()
+        p0 = submit(c, "pcalice", "acct-lease", "p0", 8)
+        c.wait_for("the P0 job to run", lambda: running(c, p0), timeout=90)
+        victims = sorted(victims_of(c, log, p0))
+        states = {j: c.state(j) for j in gpu1}
+        print(f"\nwhole-node P0 sparing P3: running {submit_to_start(c, p0):.0f} s after "
+              f"submission on {c.show_job(p0)['NodeList']}; victims {victims}; gpu1 {states}")
+        assert c.show_job(p0)["NodeList"] == "gpu2"
+        assert victims == sorted([(str(gpu2_p3), "P3")] + [(str(j), "P2") for j in gpu2_p2]), \
+            victims
+        assert all(s == "RUNNING" for s in states.values()), states
+        assert submit_to_start(c, p0) <= 40, c.show_job(p0)
+    finally:
+        c.reload_planc_conf([])
+
+
 def test_a_preemptor_keeps_the_node_its_no_grace_victim_freed(c):
     """A 16-GPU P0 job needs two whole nodes: it takes gpu4's P3 run (no
     grace) and gpu3's P2 run (30 s of grace); gpu1 and gpu2 hold P2 runs
