@@ -26,11 +26,21 @@ bool holds_resources(const JobView& v) {
   return v.state == State::kRunning || v.state == State::kCompleting;
 }
 
-// Why a preemptor that no longer pends does not need its victim.
-std::string why_not_needed(uint32_t preemptor, const JobView& v) {
+std::string label(TierId t) { return "P" + std::to_string(tier_index(t)); }
+
+bool may_preempt(const JobView& preemptor, TierId victim) {
+  return (preemptor.preempts >> tier_index(victim)) & 1;
+}
+
+// Why a preemptor that no longer pends (or can no longer start with the
+// victim's GPUs) does not need its victim.
+std::string why_not_needed(uint32_t preemptor, const JobView& v, TierId victim) {
   std::string job = "job " + std::to_string(preemptor);
   if (v.state == State::kRunning) return job + " started without it";
   if (v.state == State::kPending && v.held) return job + " is held";
+  if (v.state == State::kPending && !may_preempt(v, victim))
+    return v.tier ? job + " is now " + label(*v.tier) + ", which does not preempt " + label(victim)
+                  : job + " is no longer in a Plan C tier";
   if (v.cancelled) return job + " was cancelled";
   if (v.state == State::kFinished || v.state == State::kCompleting) return job + " ended";
   return job + " is gone";
@@ -211,9 +221,13 @@ std::vector<TrackerAction> PreemptionTracker::plan(TimeMs now_ms,
           const uint32_t p = v.event.preemptor_job;
           const JobView& pv = view_of(seen, p);
           // A held preemptor cannot start: nothing needs the victim's
-          // GPUs until it is released, and then it preempts again.
-          if (p && (pv.state != State::kPending || pv.held)) {
-            out.push_back({K::kCallOff, id, p, why_not_needed(p, pv), v.event});
+          // GPUs until it is released, and then it preempts again.  One
+          // moved to a tier that may not preempt the victim (scontrol
+          // update QOS=) would not be offered it now.
+          if (p &&
+              (pv.state != State::kPending || pv.held || !may_preempt(pv, v.event.victim_tier))) {
+            out.push_back(
+                {K::kCallOff, id, p, why_not_needed(p, pv, v.event.victim_tier), v.event});
           } else if (now_ms >= grace_end_ms(v.event)) {
             out.push_back({K::kEndGrace, id, p, "", v.event});
           }

@@ -417,7 +417,10 @@ void run_worker(Plugin* pp) {
       l.unlock();
       slurmctld_lock_t job_read = {.job = READ_LOCK};
       lock_slurmctld(job_read);
-      seen = planc::slurm::view_jobs(ids);
+      {
+        const Policy& pol = policy(p);
+        seen = planc::slurm::view_jobs(ids, *pol.config, pol.tiers);
+      }
       unlock_slurmctld(job_read);
       l.lock();
       fresh = p.tracker.version() == version;

@@ -324,7 +324,8 @@ Entitlement entitlement_of(const PlancConfig& cfg, const job_record_t* job) {
   return e;
 }
 
-std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids) {
+std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids, const PlancConfig& cfg,
+                                      const QosTierCache& tiers) {
   std::map<uint32_t, JobView> out;
   for (uint32_t id : ids) {
     const job_record_t* job = find_job_record(id);
@@ -346,6 +347,14 @@ std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids) {
     v.cancelled = (job->job_state & JOB_STATE_BASE) == JOB_CANCELLED;
     v.waits_on_preemption = preemption_started_for(job);
     v.held = IS_JOB_PENDING(job) && job->priority == 0;
+    const Tier* t = job_tier(tiers, job);
+    v.preempts = 0;
+    if (t) {
+      v.tier = t->id;
+      for (const Tier& victim : cfg.tiers.all())
+        if (cfg.tiers.can_preempt(t->id, victim.id) || (!t->preemptible && !victim.preemptible))
+          v.preempts |= static_cast<uint8_t>(1u << tier_index(victim.id));
+    }
     v.run = job->restart_cnt;
     out[id] = v;
   }

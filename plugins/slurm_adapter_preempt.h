@@ -117,9 +117,10 @@ std::vector<uint32_t> ended_jobs(const std::vector<uint32_t>& ids);
 // REQUIRES the job read lock.
 Entitlement entitlement_of(const PlancConfig& cfg, const job_record_t* job);
 
-// What slurmctld shows of each of `ids` (one slurmctld no longer has: kGone).
-// REQUIRES the job read lock.
-std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids);
+// What slurmctld shows of each of `ids` (one slurmctld no longer has: kGone),
+// their tiers from `tiers` (over cfg.tiers).  REQUIRES the job read lock.
+std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids, const PlancConfig& cfg,
+                                      const QosTierCache& tiers);
 
 // Writes the owner's note: SystemComment, and AdminComment for sacct
 // (22.05's slurmdbd stores AdminComment with each run's end record, never

@@ -187,6 +187,25 @@ def test_held_preemptor_calls_the_preemption_off_and_preempts_again_once_release
     assert [k for k, _ in events(c, victim)].count("start") == 1, "one run, never restarted"
 
 
+def test_a_preemptor_moved_to_p3_in_the_grace_calls_the_preemption_off(c):
+    """The owner moves the waiting P0 job to P3 in its victim's grace (the
+    account may use both): a P3 job may not preempt the P2 victim, so the
+    victim keeps its run and the preemption is not counted."""
+    victim, p0 = victim_and_preemptor(c, c.stubborn)
+    p = c.run("scontrol", "update", f"jobid={p0}", "qos=p3", user="pcalice")
+    assert p.returncode == 0, p.stderr
+    called_off = c.wait_for("the note to say the preemption is called off",
+                            lambda: "called off" in note(c, victim) and note(c, victim),
+                            timeout=10)
+    assert re.search(rf"called off at \S+ \(job {p0} is now P3, which does not preempt P2\); "
+                     r"SIGTERM was sent at \S+; this job keeps running and the preemption is "
+                     r"not counted", called_off), called_off
+    assert c.show_job(victim)["PreemptTime"] == "None"
+    c.scheduler_looked()
+    assert running(c, victim) and c.state(p0) == "PENDING"
+    assert c.squeue_field(p0, "%q") == "p3-spot"
+
+
 def test_restart_during_the_grace_keeps_the_40_s(c):
     victim, p0 = victim_and_preemptor(c, c.stubborn)
     sigterm = first(c, victim, "SIGTERM")

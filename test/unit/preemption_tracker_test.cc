@@ -172,9 +172,22 @@ TEST(PreemptionTrackerTest, CalledOffWhenThePreemptorNoLongerNeedsTheVictim) {
   cancelled.cancelled = true;
   JobView held = view(S::kPending, false, true);
   held.held = true;
+  // Moved to another QoS while it waits (scontrol update QOS=): the
+  // adapter's bits of the tiers it may preempt now (the victim is P2).
+  JobView now_p3 = view(S::kPending, false, true);
+  now_p3.tier = TierId::kP3;
+  now_p3.preempts = 0;
+  JobView now_p1 = view(S::kPending, false, true);
+  now_p1.tier = TierId::kP1;
+  now_p1.preempts = 0b1111;
+  JobView no_tier = view(S::kPending, false, true);
+  no_tier.preempts = 0;
   const Case cases[] = {
       {"cancelled", cancelled, "job 99 was cancelled"},
       {"held", held, "job 99 is held"},
+      {"moved to P3", now_p3, "job 99 is now P3, which does not preempt P2"},
+      {"moved out of the tiers", no_tier, "job 99 is no longer in a Plan C tier"},
+      {"moved to P1", now_p1, nullptr},
       {"ended", view(S::kFinished), "job 99 ended"},
       {"purged", view(S::kGone), "job 99 is gone"},
       {"started elsewhere", view(S::kRunning), "job 99 started without it"},
