@@ -95,6 +95,10 @@ inline const Tier* job_tier(const QosTierCache& cache, const job_record_t* job) 
   return cache.lookup(job->qos_ptr->id, job->qos_ptr->name);
 }
 
+// Whether `job` is held (scontrol hold, a held submission, requeuehold):
+// Slurm keeps a held job at priority 0.  REQUIRES the job read lock.
+inline bool is_held(const job_record_t* job) { return job->priority == 0; }
+
 // The infused mark in the job's AdminComment, if any.  REQUIRES the job
 // read lock; a pointer test and a prefix compare for any other job.
 std::optional<InfusedMark> infused_mark_of(const job_record_t* job);

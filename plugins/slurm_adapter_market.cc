@@ -45,7 +45,7 @@ MarketFacts market_facts(const Tier* t, const job_record_t* job, int gpu_pos) {
   f.shape.account = str(job->account);
   f.shape.partition = str(job->partition);
   f.begin = job->details ? job->details->begin_time : 0;
-  f.held = job->priority == 0;
+  f.held = is_held(job);
   f.requeue_held = f.held && job->state_reason == WAIT_HELD_USER && job->state_desc &&
                    std::strcmp(job->state_desc, kRequeueHeldDesc) == 0;
   f.dependency = waits_on_dependency(job);
@@ -76,7 +76,7 @@ int apply_market_hold(uint32_t job_id, HoldAction hold) {
     case HoldAction::kGiveToOwner:
       // The owner's hold, as scontrol hold by its owner leaves it: theirs
       // to release (Slurm lets an owner release only a user hold).
-      if (job_record_t* job = find_job_record(job_id); job && job->priority == 0) {
+      if (job_record_t* job = find_job_record(job_id); job && is_held(job)) {
         job->state_reason = WAIT_HELD_USER;
         xfree(job->state_desc);
         last_job_update = time(nullptr);

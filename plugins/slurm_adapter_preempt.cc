@@ -346,7 +346,7 @@ std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids, const Pl
     v.preempted_state = (job->job_state & JOB_STATE_BASE) == JOB_PREEMPTED;
     v.cancelled = (job->job_state & JOB_STATE_BASE) == JOB_CANCELLED;
     v.waits_on_preemption = preemption_started_for(job);
-    v.held = IS_JOB_PENDING(job) && job->priority == 0;
+    v.held = IS_JOB_PENDING(job) && is_held(job);
     const Tier* t = job_tier(tiers, job);
     v.preempts = 0;
     if (t) {
