@@ -187,6 +187,32 @@ def test_held_preemptor_calls_the_preemption_off_and_preempts_again_once_release
     assert [k for k, _ in events(c, victim)].count("start") == 1, "one run, never restarted"
 
 
+def test_holding_a_preempting_job_array_calls_the_preemption_off(c):
+    """The preemptor is a P0 job array's pending task: `scontrol hold` of
+    the array holds it like a single job, and the victim keeps its run;
+    released, a task preempts again and runs."""
+    victim, p = c.sbatch("-A", "acct-spot", "--qos=p2", "--gres=gpu:8", "-w", "gpu1", c.stubborn,
+                         user="pcbob")
+    assert victim, p.stderr
+    c.wait_for("the P2 job to run", lambda: running(c, victim), timeout=60)
+    array, p = c.sbatch("-A", "acct-lease", "--qos=p0", "--gres=gpu:8", "-w", "gpu1",
+                        "--array=0-1", "--wrap", "sleep 600", user="pcalice")
+    assert array, p.stderr
+    c.wait_for("the victim's SIGTERM", lambda: first(c, victim, "SIGTERM"), timeout=30)
+    c.run("scontrol", "hold", array, user="pcalice", check=True)
+    called_off = c.wait_for("the note to say the preemption is called off",
+                            lambda: "called off" in note(c, victim) and note(c, victim),
+                            timeout=10)
+    assert re.search(r"\(job \d+ is held\); SIGTERM was sent at \S+; this job keeps running and "
+                     r"the preemption is not counted", called_off), called_off
+    assert c.show_job(victim)["PreemptTime"] == "None"
+    c.run("scontrol", "release", array, user="pcalice", check=True)
+    c.wait_for("a task of the array to run",
+               lambda: "RUNNING" in c.run("squeue", "-h", "-r", "-j", array, "-o", "%T").stdout,
+               timeout=90)
+    assert "preemption 1 of at most 3 per 24 h" in note(c, victim)
+
+
 def test_a_preemptor_moved_to_p3_in_the_grace_calls_the_preemption_off(c):
     """The owner moves the waiting P0 job to P3 in its victim's grace (the
     account may use both): a P3 job may not preempt the P2 victim, so the
