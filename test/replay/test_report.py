@@ -563,6 +563,43 @@ def test_the_fewest_p3_runs_a_whole_node_guaranteed_job_could_have_cleared(tmp_p
     assert R.fewest_p3_to_clear(run, "24", 1100.0, gpus_per_node=1) is None
 
 
+def test_nodes_another_preemptor_is_clearing_are_not_counted_as_clearable(tmp_path):
+    # Two nodes of 4 GPUs: at 1100 gpu1's P2 run (25) is in its grace for
+    # job 30, a P0 job still pending: gpu1 is 30's, and the fewest for 24
+    # is gpu2's one P3 run.  From preempt/planc's line (the grace's
+    # start), or stock's (Slurm's line at the grace's end, P2GraceTime 2).
+    jobs = [("w4", 24, "P1", 4, 1099, 1099, 1101, 1360, "CANCELLED", 0),
+            ("w5", 25, "P2", 4, 1000, 1000, 1004, 1360, "CANCELLED", 0),
+            ("w7", 27, "P3", 1, 1000, 1000, 1005, 1360, "CANCELLED", 0),
+            ("w8", 28, "P2", 1, 1000, 1000, 1006, 1360, "CANCELLED", 0)]
+    bills = [(j[1], 0, j[2], j[6], 1360, "CANCELLED", j[3], 10, "") for j in jobs]
+    base = ("[1970-01-01T00:16:40.000] _slurm_rpc_submit_batch_job: JobId=24 InitPrio=1 usec=1\n"
+            "[1970-01-01T00:16:44.000] sched: Allocate JobId=25 NodeList=gpu1 #CPUs=1\n"
+            "[1970-01-01T00:16:45.000] sched: Allocate JobId=27 NodeList=gpu2 #CPUs=1\n"
+            "[1970-01-01T00:16:46.000] sched: Allocate JobId=28 NodeList=gpu2 #CPUs=1\n")
+    for config, line in (
+            ("planc", "[1970-01-01T00:18:19.000] preempt/planc: JobId=25 (P2) preempted by "
+                      "JobId=30 (P0), grace 2 s, requeue, preemption 1 in window\n"),
+            ("stock", "[1970-01-01T00:18:21.000] preempted JobId=25 has been requeued to "
+                      "reclaim resources for JobId=30\n")):
+        meta = dict(META, config=config, nodes=2, gpus_total=8,
+                    clocks={"PreemptWindow": 100, "P2GraceTime": 2})
+        d = write_run(str(tmp_path / f"{config}-1"), meta=meta, jobs=jobs, bills=bills)
+        with open(os.path.join(d, "slurmctld.log"), "w") as f:
+            f.write(base)
+        assert R.fewest_p3_to_clear(R.Run(d), "24", 1100.0, gpus_per_node=4) == 0, config
+        with open(os.path.join(d, "slurmctld.log"), "a") as f:
+            f.write(line)
+        run = R.Run(d)
+        assert R.nodes_being_cleared(run, 1100.0, "24") == {"gpu1"}, config
+        assert R.nodes_being_cleared(run, 1098.0, "24") == set(), config  # not yet
+        assert R.fewest_p3_to_clear(run, "24", 1100.0, gpus_per_node=4) == 1, config
+        # once 30 has started, the node is its own (a running P0 job)
+        with open(os.path.join(d, "slurmctld.log"), "a") as f:
+            f.write("[1970-01-01T00:18:22.000] sched: Allocate JobId=30 NodeList=gpu1 #CPUs=1\n")
+        assert R.nodes_being_cleared(R.Run(d), 1103.0, "24") == set(), config
+
+
 def test_p3_runs_a_preemptor_took_in_more_than_one_round_of_one_wait(tmp_path):
     # Job 24 (P1) takes P3 run 22 at 1100 and, not started, P3 run 23 at
     # 1101.5 (a second round; 25, a P2 run taken beside it, is not P3),

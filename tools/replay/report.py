@@ -654,6 +654,9 @@ _LOG_EVENTS = (
 )
 # Slurm's own line for every preemption that took effect (preempt.c), under
 # stock preempt/qos as under preempt/planc: victim, then preemptor.
+# preempt/planc's own line, written when a preemption starts (Slurm's
+# comes at the end of the victim's grace).
+_LOG_PLANC_PREEMPTS = re.compile(r"^preempt/planc: JobId=(\d+) \(P\d\) preempted by JobId=(\d+)")
 _LOG_PREEMPTED = re.compile(
     r"^preempted JobId=(\d+) has been (?:requeued|killed) to reclaim resources for JobId=(\d+)")
 
@@ -695,12 +698,19 @@ def log_events(run: Run) -> Optional[List[Dict]]:
     jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
     events: List[Dict] = []
     preemptions: List[Dict] = []
+    started: List[Dict] = []  # preempt/planc's preemption starts
     nodes_of: Dict[str, List[str]] = {}
     offset = None
     with opener(path, "rt", errors="replace") as f:
         for line in f:
             m = _LOG_LINE.match(line)
             if not m:
+                continue
+            p = _LOG_PLANC_PREEMPTS.match(m.group(2))
+            if p:
+                t = datetime.datetime.fromisoformat(m.group(1)).replace(
+                    tzinfo=datetime.timezone.utc).timestamp()
+                started.append({"time": t, "job_id": p.group(1), "by": p.group(2)})
                 continue
             p = _LOG_PREEMPTED.match(m.group(2))
             if p:
@@ -734,10 +744,11 @@ def log_events(run: Run) -> Optional[List[Dict]]:
                 break
     if offset is None:
         return None
-    for e in events + preemptions:
+    for e in events + preemptions + started:
         e["time"] += offset
     run._log_events = events
     run._log_preemptions = preemptions
+    run._log_preemption_starts = started
     return events
 
 
@@ -748,6 +759,51 @@ def log_preemptions(run: Run) -> Optional[List[Dict]]:
     if log_events(run) is None:
         return None
     return run._log_preemptions
+
+
+def preemption_starts(run: Run) -> Optional[List[Dict]]:
+    """When each preemption started, as log_preemptions' entries: from
+    preempt/planc's own line where the log has it; otherwise (stock) from
+    Slurm's, which comes at the end of the victim's grace, less
+    run.json's P2GraceTime for a victim submitted as P2.  None without
+    the log."""
+    if log_events(run) is None:
+        return None
+    if run._log_preemption_starts:
+        return run._log_preemption_starts
+    grace = float((run.meta.get("clocks") or {}).get("P2GraceTime") or 0)
+    jobs = {str(j["job_id"]): j for j in (run.all_jobs or run.jobs)}
+    return [dict(p, time=p["time"] - (grace if jobs.get(p["job_id"], {}).get("tier") == "P2"
+                                       else 0.0))
+            for p in run._log_preemptions]
+
+
+def nodes_being_cleared(run: Run, at: float, but: str) -> set:
+    """The nodes other preemptors than `but` were clearing at `at`: those
+    their victims held when preempted, for each preemption started at or
+    before `at` whose preemptor had not started since (from slurmctld's
+    log; empty without it; a preemptor running at `at` clears nothing)."""
+    events = log_events(run)
+    starts = preemption_starts(run)
+    if events is None or starts is None:
+        return set()
+    starts_of: Dict[str, List[Tuple[float, List[str]]]] = {}
+    running = set()
+    for e in events:
+        if e["kind"] == "start":
+            starts_of.setdefault(e["job_id"], []).append((e["time"], e["nodes"]))
+        if e["time"] <= at:
+            (running.add if e["kind"] == "start" else running.discard)(e["job_id"])
+    out = set()
+    for p in starts:
+        if p["by"] == but or p["time"] > at or p["by"] in running:
+            continue
+        if any(p["time"] <= t <= at for t, _ in starts_of.get(p["by"], [])):
+            continue  # its preemptor started: the nodes are its own now
+        held = [n for t, n in starts_of.get(p["job_id"], []) if t <= p["time"]]
+        if held:
+            out.update(held[-1])
+    return out
 
 
 def worst_p3_hours(run: Run, k: Dict[str, object], n: int = 3) -> List[Dict[str, object]]:
@@ -795,9 +851,10 @@ def fewest_p3_to_clear(run: Run, preemptor: str, at: float,
     """For a guaranteed job that needs whole nodes (gpus_per_node GPUs or
     more) and preempted at `at`: the fewest P3-counted runs (by submitted
     tier) that any set of nodes it could have cleared held then, from
-    slurmctld's log.  A node can be cleared when no P0/P1 job runs on it
-    and no P2 job on it has reached the preemption cap (run.json's clocks:
-    PreemptWindow, and 3 preemptions; stock has no cap).  Cores and memory
+    slurmctld's log.  A node can be cleared when no P0/P1 job runs on it,
+    no P2 job on it has reached the preemption cap (run.json's clocks:
+    PreemptWindow, and 3 preemptions; stock has no cap), and no other
+    preemptor is clearing it (nodes_being_cleared).  Cores and memory
     are not looked at.  None when it is no such job, the log was not kept,
     or fewer such nodes existed than it needs."""
     events = log_events(run)
@@ -841,8 +898,11 @@ def fewest_p3_to_clear(run: Run, preemptor: str, at: float,
             continue
         for n in nodes:
             per_node.setdefault(n, []).append(jid)
+    taken = nodes_being_cleared(run, at, preemptor)
     p3_counts = []
     for n, held in per_node.items():
+        if n in taken:
+            continue
         tiers = [jobs[x]["tier"] if x in jobs else "?" for x in held]
         if any(t in ("P0", "P1", "?") for t in tiers) or any(x in capped_by for x in held):
             continue
