@@ -140,9 +140,9 @@ struct PlancConfig {
   // keeping the others clearable for whole-node guaranteed jobs
   // (common/placement.h): slurmctld/planc steers the nodes' weights.
   bool pack_guaranteed = false;
-  // A guaranteed job that needs whole nodes clears nodes holding at most
-  // one P3 run before nodes holding more, then the fewest runs
-  // (NodeCrowding::crowd); off: the fewest runs, whatever their tier.
+  // A job that needs whole nodes clears the nodes of fewer P3 runs first
+  // (one counting as none), then of fewer runs (NodeCrowding::crowd);
+  // off: the fewest runs, whatever their tier.
   bool whole_node_spare_p3 = false;
   // A victim that exits with this code during its grace says it finished
   // its real work: it stays COMPLETED and is billed, not requeued.  Any

@@ -175,8 +175,8 @@ class NodeCrowding {
     bool whole_nodes = false;
     uint32_t gpus = 0;     // GPUs on a node, when not whole nodes
     std::string gpu_type;  // of that type only, unless empty
-    // Whole nodes: a node's P3 runs past its first rank it after nodes
-    // with fewer (crowd()); planc.conf WholeNodeSpareP3.
+    // Whole nodes: fewer P3 runs on a node first, then fewer runs
+    // (crowd()); planc.conf WholeNodeSpareP3.
     bool spare_p3 = false;
     bool counts() const { return whole_nodes || gpus; }
   };

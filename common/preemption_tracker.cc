@@ -28,18 +28,23 @@ bool holds_resources(const JobView& v) {
 
 std::string label(TierId t) { return "P" + std::to_string(tier_index(t)); }
 
-bool may_preempt(const JobView& preemptor, TierId victim) {
-  return (preemptor.preempts >> tier_index(victim)) & 1;
+// A preemptor whose QoS was changed to one whose tier may not preempt the
+// victim's.  Only a change of tier counts: a planc.conf reload that takes
+// a pair out of Preempts= applies to preemptions that start after it.
+bool moved_away(const JobView& preemptor, const PreemptionEvent& e) {
+  return preemptor.tier != std::optional<TierId>(e.preemptor_tier) &&
+         !((preemptor.preempts >> tier_index(e.victim_tier)) & 1);
 }
 
 // Why a preemptor that no longer pends (or can no longer start with the
 // victim's GPUs) does not need its victim.
-std::string why_not_needed(uint32_t preemptor, const JobView& v, TierId victim) {
+std::string why_not_needed(uint32_t preemptor, const JobView& v, const PreemptionEvent& e) {
   std::string job = "job " + std::to_string(preemptor);
   if (v.state == State::kRunning) return job + " started without it";
   if (v.state == State::kPending && v.held) return job + " is held";
-  if (v.state == State::kPending && !may_preempt(v, victim))
-    return v.tier ? job + " is now " + label(*v.tier) + ", which does not preempt " + label(victim)
+  if (v.state == State::kPending && moved_away(v, e))
+    return v.tier ? job + " is now " + label(*v.tier) + ", which does not preempt " +
+                        label(e.victim_tier)
                   : job + " is no longer in a Plan C tier";
   if (v.cancelled) return job + " was cancelled";
   if (v.state == State::kFinished || v.state == State::kCompleting) return job + " ended";
@@ -224,10 +229,8 @@ std::vector<TrackerAction> PreemptionTracker::plan(TimeMs now_ms,
           // GPUs until it is released, and then it preempts again.  One
           // moved to a tier that may not preempt the victim (scontrol
           // update QOS=) would not be offered it now.
-          if (p &&
-              (pv.state != State::kPending || pv.held || !may_preempt(pv, v.event.victim_tier))) {
-            out.push_back(
-                {K::kCallOff, id, p, why_not_needed(p, pv, v.event.victim_tier), v.event});
+          if (p && (pv.state != State::kPending || pv.held || moved_away(pv, v.event))) {
+            out.push_back({K::kCallOff, id, p, why_not_needed(p, pv, v.event), v.event});
           } else if (now_ms >= grace_end_ms(v.event)) {
             out.push_back({K::kEndGrace, id, p, "", v.event});
           }

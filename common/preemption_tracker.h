@@ -80,10 +80,9 @@ struct JobView {
   bool cancelled = false;            // finished as CANCELLED
   bool held = false;                 // pending and held (scontrol hold: priority 0)
   uint32_t run = 0;                  // Slurm's restart count: which run this is
-  // A preemptor: the tiers its QoS now may preempt (bit tier_index; a
-  // guaranteed tier's job also its own and the other guaranteed tier's
-  // infused replicas), and that QoS's tier (nullopt: not a Plan C tier).
-  // All bits by default (not looked at).
+  // A preemptor: the tiers its QoS now may preempt (TierTable::
+  // preempt_mask), and that QoS's tier (nullopt: not a Plan C tier, or
+  // not looked at).  All bits by default (not looked at).
   uint8_t preempts = 0xff;
   std::optional<TierId> tier;
 };

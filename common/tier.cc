@@ -25,6 +25,14 @@ std::string permille_text(uint32_t permille) {
   return s + f;
 }
 
+uint8_t TierTable::preempt_mask(TierId preemptor) const {
+  uint8_t mask = 0;
+  for (const Tier& t : tiers_)
+    if (can_preempt(preemptor, t.id)) mask |= static_cast<uint8_t>(1u << tier_index(t.id));
+  if (!tier(preemptor).preemptible) mask |= static_cast<uint8_t>(1u << tier_index(TierId::kP1));
+  return mask;
+}
+
 std::optional<TierId> parse_tier_label(std::string_view s) {
   if (s.size() == 2 && (s[0] == 'P' || s[0] == 'p') && s[1] >= '0' && s[1] <= '3')
     return static_cast<TierId>(s[1] - '0');

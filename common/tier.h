@@ -72,6 +72,11 @@ class TierTable {
     return tiers_[tier_index(preemptor)].preempts[tier_index(preemptee)];
   }
 
+  // The tiers whose runs a job of `preemptor` may take (bit tier_index):
+  // can_preempt's, and for a tier that is not preemptible P1 too (capacity
+  // infusion's P1 replicas are reclaimed for guaranteed work).
+  uint8_t preempt_mask(TierId preemptor) const;
+
   // A consistency problem: which tier and which of its keys, and why.
   struct Problem {
     TierId tier;

@@ -347,13 +347,12 @@ std::map<uint32_t, JobView> view_jobs(const std::vector<uint32_t>& ids, const Pl
     v.cancelled = (job->job_state & JOB_STATE_BASE) == JOB_CANCELLED;
     v.waits_on_preemption = preemption_started_for(job);
     v.held = IS_JOB_PENDING(job) && is_held(job);
-    const Tier* t = job_tier(tiers, job);
-    v.preempts = 0;
-    if (t) {
-      v.tier = t->id;
-      for (const Tier& victim : cfg.tiers.all())
-        if (cfg.tiers.can_preempt(t->id, victim.id) || (!t->preemptible && !victim.preemptible))
-          v.preempts |= static_cast<uint8_t>(1u << tier_index(victim.id));
+    // A QoS slurmctld has no record of (deleted, not restored yet): not
+    // looked at.  A known QoS that is no tier preempts nothing.
+    if (job->qos_ptr) {
+      const Tier* t = job_tier(tiers, job);
+      v.preempts = t ? cfg.tiers.preempt_mask(t->id) : 0;
+      if (t) v.tier = t->id;
     }
     v.run = job->restart_cnt;
     out[id] = v;

@@ -593,6 +593,9 @@ def test_nodes_another_preemptor_is_clearing_are_not_counted_as_clearable(tmp_pa
         run = R.Run(d)
         assert R.nodes_being_cleared(run, 1100.0, "24") == {"gpu1"}, config
         assert R.nodes_being_cleared(run, 1098.0, "24") == set(), config  # not yet
+        # a preemptor that never starts (cancelled, called off) clears the
+        # node for a grace and a few seconds, not for ever
+        assert R.nodes_being_cleared(run, 1150.0, "24") == set(), config
         assert R.fewest_p3_to_clear(run, "24", 1100.0, gpus_per_node=4) == 1, config
         # once 30 has started, the node is its own (a running P0 job)
         with open(os.path.join(d, "slurmctld.log"), "a") as f:

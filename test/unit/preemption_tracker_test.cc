@@ -182,12 +182,18 @@ TEST(PreemptionTrackerTest, CalledOffWhenThePreemptorNoLongerNeedsTheVictim) {
   now_p1.preempts = 0b1111;
   JobView no_tier = view(S::kPending, false, true);
   no_tier.preempts = 0;
+  // Still P0, whose Preempts= a reload took P2 out of: the preemption
+  // started before it goes on.
+  JobView reloaded = view(S::kPending, false, true);
+  reloaded.tier = TierId::kP0;
+  reloaded.preempts = 0;
   const Case cases[] = {
       {"cancelled", cancelled, "job 99 was cancelled"},
       {"held", held, "job 99 is held"},
       {"moved to P3", now_p3, "job 99 is now P3, which does not preempt P2"},
       {"moved out of the tiers", no_tier, "job 99 is no longer in a Plan C tier"},
       {"moved to P1", now_p1, nullptr},
+      {"P0 still, after a reload", reloaded, nullptr},
       {"ended", view(S::kFinished), "job 99 ended"},
       {"purged", view(S::kGone), "job 99 is gone"},
       {"started elsewhere", view(S::kRunning), "job 99 started without it"},

@@ -28,6 +28,18 @@ TEST(TierTableTest, DefaultMatrix) {
   EXPECT_FALSE(t.validate().has_value());
 }
 
+// What a preemptor of each tier may take: Preempts=, and P1 for a tier
+// that is not preemptible (infused P1 replicas).
+TEST(TierTableTest, PreemptMask) {
+  TierTable t = TierTable::defaults();
+  EXPECT_EQ(t.preempt_mask(TierId::kP0), 0b1110);
+  EXPECT_EQ(t.preempt_mask(TierId::kP1), 0b1110);
+  EXPECT_EQ(t.preempt_mask(TierId::kP2), 0b1000);
+  EXPECT_EQ(t.preempt_mask(TierId::kP3), 0);
+  t.mutable_tier(TierId::kP0).preempts[tier_index(TierId::kP3)] = false;
+  EXPECT_EQ(t.preempt_mask(TierId::kP0), 0b0110);
+}
+
 TEST(TierTableTest, DefaultAttributes) {
   struct Case {
     TierId id;

@@ -656,7 +656,9 @@ _LOG_EVENTS = (
 # stock preempt/qos as under preempt/planc: victim, then preemptor.
 # preempt/planc's own line, written when a preemption starts (Slurm's
 # comes at the end of the victim's grace).
-_LOG_PLANC_PREEMPTS = re.compile(r"^preempt/planc: JobId=(\d+) \(P\d\) preempted by JobId=(\d+)")
+# (%pJ writes an array task as JobId=<array>_<task>(<job id>).)
+_LOG_PLANC_PREEMPTS = re.compile(
+    r"^preempt/planc: JobId=(?:\d+_\d+\()?(\d+)\)? \(P\d\) preempted by JobId=(\d+)")
 _LOG_PREEMPTED = re.compile(
     r"^preempted JobId=(\d+) has been (?:requeued|killed) to reclaim resources for JobId=(\d+)")
 
@@ -778,11 +780,13 @@ def preemption_starts(run: Run) -> Optional[List[Dict]]:
             for p in run._log_preemptions]
 
 
-def nodes_being_cleared(run: Run, at: float, but: str) -> set:
+def nodes_being_cleared(run: Run, at: float, but: str, slack: float = 10.0) -> set:
     """The nodes other preemptors than `but` were clearing at `at`: those
     their victims held when preempted, for each preemption started at or
-    before `at` whose preemptor had not started since (from slurmctld's
-    log; empty without it; a preemptor running at `at` clears nothing)."""
+    before `at`, no longer ago than P2GraceTime + `slack` seconds, whose
+    preemptor had not started since (from slurmctld's log; empty without
+    it).  A preemptor running at `at`, or not named (0), clears nothing;
+    the age bound drops preemptors that were cancelled or called off."""
     events = log_events(run)
     starts = preemption_starts(run)
     if events is None or starts is None:
@@ -794,9 +798,10 @@ def nodes_being_cleared(run: Run, at: float, but: str) -> set:
             starts_of.setdefault(e["job_id"], []).append((e["time"], e["nodes"]))
         if e["time"] <= at:
             (running.add if e["kind"] == "start" else running.discard)(e["job_id"])
+    oldest = at - float((run.meta.get("clocks") or {}).get("P2GraceTime") or 0) - slack
     out = set()
     for p in starts:
-        if p["by"] == but or p["time"] > at or p["by"] in running:
+        if p["by"] in (but, "0") or not oldest <= p["time"] <= at or p["by"] in running:
             continue
         if any(p["time"] <= t <= at for t, _ in starts_of.get(p["by"], [])):
             continue  # its preemptor started: the nodes are its own now
