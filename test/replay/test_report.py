@@ -237,6 +237,22 @@ def test_restart_count_and_overallocation(tmp_path):
     assert "7 GPUs allocated at 1150, the pool has 6" in text
 
 
+def test_a_run_requeued_and_cancelled_before_slurmdbd_recorded_the_requeue(tmp_path):
+    # w000004 (job 14) preempted and requeued, then cancelled pending at
+    # the window's end before slurmdbd had the requeued job's record:
+    # sacct's last record is PREEMPTED, its records count no restart, and
+    # the bills are the preempted run and the "never ran" one.  Consistent.
+    # With a second run billed instead of "never ran", it is not.
+    jobs = [list(j) for j in JOBS]
+    jobs[3][8], jobs[3][9] = "PREEMPTED", 0
+    d = write_run(str(tmp_path / "r"), jobs=jobs)
+    assert R.check_consistency(d) == []
+    jobs[0][8], jobs[0][9] = "PREEMPTED", 0  # job 11: two runs billed
+    d = write_run(str(tmp_path / "r2"), jobs=jobs)
+    assert "job w000001: 2 bill(s) but Slurm's restart count 0 says 1" in "\n".join(
+        R.check_consistency(d))
+
+
 def test_market_mode_is_a_third_config_and_p2_revenue_is_its_bills(tmp_path):
     d = write_run(str(tmp_path / "m"), meta=dict(META, config="planc-market"))
     assert R.check_consistency(d) == []

@@ -1132,8 +1132,11 @@ def check_consistency(run_dir: str) -> List[str]:
     # Bills, one by one.
     by_job: Dict[str, List[Dict]] = {}
     bills_per_job: Dict[str, int] = {}
+    last_bill: Dict[str, Dict] = {}
     for b in run.bills:
         bills_per_job[b["job_id"]] = bills_per_job.get(b["job_id"], 0) + 1
+        if b["job_id"] not in last_bill or b["segment"] > last_bill[b["job_id"]]["segment"]:
+            last_bill[b["job_id"]] = b
         key = f"job {b['job_id']} segment {b['segment']}"
         if b["end"] < b["start"]:
             problems.append(f"segments.csv: {key} ends before it starts")
@@ -1165,8 +1168,17 @@ def check_consistency(run_dir: str) -> List[str]:
         # One bill per run, plus a "never ran" one when a job ends pending
         # (cancelled at the end of the replay, say): restarts + 1 in all.
         n_bills = bills_per_job.get(j["job_id"], 0)
+        # A run requeued and cancelled before slurmdbd had the requeued
+        # job's record (the replay's cancel at the window's end, within a
+        # second of the requeue): sacct's last record is the preempted run
+        # and counts one restart fewer; the "never ran" bill is the
+        # cancelled pending job.
+        requeued_unrecorded = (j["final_state"] == "PREEMPTED"
+                               and j["job_id"] in last_bill
+                               and last_bill[j["job_id"]]["zero_reason"] == NEVER_RAN
+                               and n_bills == j["restarts"] + 2)
         if j["final_state"] not in ("PENDING", "RUNNING", "REQUEUED") and \
-                n_bills != j["restarts"] + 1:
+                n_bills != j["restarts"] + 1 and not requeued_unrecorded:
             problems.append(f"job {j['name']}: {n_bills} bill(s) but Slurm's restart count "
                             f"{j['restarts']} says {j['restarts'] + 1}")
         if j["first_start"] is None:
