@@ -23,8 +23,7 @@ const ServingPool* growable(const std::vector<ServingPool>& pools, TierId tier,
 
 std::string infused_mark(const std::string& pool, TierId tier, uint32_t drain_grace_seconds) {
   return std::string(kInfusedTag) + " pool " + pool + ": a replica capacity infusion added (" +
-         "P" + std::to_string(tier_index(tier)) + ", drain grace " +
-         std::to_string(drain_grace_seconds) + " s)";
+         tier_label(tier) + ", drain grace " + std::to_string(drain_grace_seconds) + " s)";
 }
 
 std::optional<InfusedMark> read_infused_mark(std::string_view c) {

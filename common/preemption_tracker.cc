@@ -26,8 +26,6 @@ bool holds_resources(const JobView& v) {
   return v.state == State::kRunning || v.state == State::kCompleting;
 }
 
-std::string label(TierId t) { return "P" + std::to_string(tier_index(t)); }
-
 // A preemptor whose QoS was changed to one whose tier may not preempt the
 // victim's.  Only a change of tier counts: a planc.conf reload that takes
 // a pair out of Preempts= applies to preemptions that start after it.
@@ -43,8 +41,8 @@ std::string why_not_needed(uint32_t preemptor, const JobView& v, const Preemptio
   if (v.state == State::kRunning) return job + " started without it";
   if (v.state == State::kPending && v.held) return job + " is held";
   if (v.state == State::kPending && moved_away(v, e))
-    return v.tier ? job + " is now " + label(*v.tier) + ", which does not preempt " +
-                        label(e.victim_tier)
+    return v.tier ? job + " is now " + tier_label(*v.tier) + ", which does not preempt " +
+                        tier_label(e.victim_tier)
                   : job + " is no longer in a Plan C tier";
   if (v.cancelled) return job + " was cancelled";
   if (v.state == State::kFinished || v.state == State::kCompleting) return job + " ended";

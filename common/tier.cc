@@ -33,6 +33,8 @@ uint8_t TierTable::preempt_mask(TierId preemptor) const {
   return mask;
 }
 
+std::string tier_label(TierId t) { return "P" + std::to_string(tier_index(t)); }
+
 std::optional<TierId> parse_tier_label(std::string_view s) {
   if (s.size() == 2 && (s[0] == 'P' || s[0] == 'p') && s[1] >= '0' && s[1] <= '3')
     return static_cast<TierId>(s[1] - '0');

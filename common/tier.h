@@ -134,6 +134,8 @@ std::string permille_text(uint32_t permille);
 
 // Parses "P0".."P3" (case-insensitive) into a TierId.
 std::optional<TierId> parse_tier_label(std::string_view s);
+// The other way: kP2 -> "P2" (a tier's fixed label, without a table).
+std::string tier_label(TierId t);
 
 // ASCII case-insensitive equality, as Slurm compares QoS names.
 bool iequals(std::string_view a, std::string_view b);

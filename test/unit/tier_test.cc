@@ -150,6 +150,9 @@ TEST(TierTableTest, ParseLabel) {
   EXPECT_FALSE(parse_tier_label("P4").has_value());
   EXPECT_FALSE(parse_tier_label("P").has_value());
   EXPECT_FALSE(parse_tier_label("P00").has_value());
+  for (TierId t : {TierId::kP0, TierId::kP1, TierId::kP2, TierId::kP3})
+    EXPECT_EQ(parse_tier_label(tier_label(t)), t);
+  EXPECT_EQ(tier_label(TierId::kP2), "P2");
 }
 
 }  // namespace

@@ -652,13 +652,13 @@ _LOG_EVENTS = (
     ("free", None, re.compile(r"^Time limit exhausted for JobId=(\d+)")),
     ("submit", None, re.compile(r"^_slurm_rpc_submit_batch_job: JobId=(\d+) ")),
 )
-# Slurm's own line for every preemption that took effect (preempt.c), under
-# stock preempt/qos as under preempt/planc: victim, then preemptor.
 # preempt/planc's own line, written when a preemption starts (Slurm's
 # comes at the end of the victim's grace).
 # (%pJ writes an array task as JobId=<array>_<task>(<job id>).)
 _LOG_PLANC_PREEMPTS = re.compile(
     r"^preempt/planc: JobId=(?:\d+_\d+\()?(\d+)\)? \(P\d\) preempted by JobId=(\d+)")
+# Slurm's own line for every preemption that took effect (preempt.c), under
+# stock preempt/qos as under preempt/planc: victim, then preemptor.
 _LOG_PREEMPTED = re.compile(
     r"^preempted JobId=(\d+) has been (?:requeued|killed) to reclaim resources for JobId=(\d+)")
 
@@ -703,6 +703,11 @@ def log_events(run: Run) -> Optional[List[Dict]]:
     started: List[Dict] = []  # preempt/planc's preemption starts
     nodes_of: Dict[str, List[str]] = {}
     offset = None
+
+    def when(m: "re.Match") -> float:  # the line's time, read as UTC
+        return datetime.datetime.fromisoformat(m.group(1)).replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+
     with opener(path, "rt", errors="replace") as f:
         for line in f:
             m = _LOG_LINE.match(line)
@@ -710,14 +715,11 @@ def log_events(run: Run) -> Optional[List[Dict]]:
                 continue
             p = _LOG_PLANC_PREEMPTS.match(m.group(2))
             if p:
-                t = datetime.datetime.fromisoformat(m.group(1)).replace(
-                    tzinfo=datetime.timezone.utc).timestamp()
-                started.append({"time": t, "job_id": p.group(1), "by": p.group(2)})
+                started.append({"time": when(m), "job_id": p.group(1), "by": p.group(2)})
                 continue
             p = _LOG_PREEMPTED.match(m.group(2))
             if p:
-                t = datetime.datetime.fromisoformat(m.group(1)).replace(
-                    tzinfo=datetime.timezone.utc).timestamp()
+                t = when(m)
                 preemptions.append({"time": t, "job_id": p.group(1), "by": p.group(2)})
                 # a victim that may not be requeued is killed: no other line frees it
                 if p.group(0).find("has been killed") >= 0 and p.group(1) in nodes_of:
@@ -728,8 +730,7 @@ def log_events(run: Run) -> Optional[List[Dict]]:
                 e = pat.match(m.group(2))
                 if not e:
                     continue
-                t = datetime.datetime.fromisoformat(m.group(1)).replace(
-                    tzinfo=datetime.timezone.utc).timestamp()
+                t = when(m)
                 jid = e.group(1)
                 if kind == "submit":
                     if offset is None and jid in jobs and jobs[jid].get("submit"):
