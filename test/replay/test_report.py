@@ -463,8 +463,14 @@ def test_a_run_slurmdbd_lost_is_named_not_a_problem_when_slurmctlds_log_shows_it
                 "[1970-01-01T00:16:45.000] sched: Allocate JobId=17 NodeList=gpu2 #CPUs=3\n")
     assert R.check_consistency(d) == []
     assert R.slurmdbd_lost_runs(R.Run(d)) == {("17", 1000)}
-    # Longer than LOST_RUN_SECONDS, or not at zero: still a problem.
-    bills[-2] = (17, 0, "P3", 1000, 1003, "PREEMPTED", 1, 0, PRE)
+    # Longer than LOST_RUN_SECONDS: still a problem.
+    end = 1001 + R.LOST_RUN_SECONDS
+    jobs = [j if j[1] != 17 else ("w000007", 17, "P3", 1, 1000, 1000, end + 5, 1360, "CANCELLED", 1)
+            for j in JOBS]
+    bills[-2:] = [(17, 0, "P3", 1000, end, "PREEMPTED", 1, 0, PRE),
+                  (17, 1, "P3", end + 5, 1360, "CANCELLED", 1, 300, "")]
+    sacct = [(b[0], b[3], b[4], b[5] if b[5] != "CANCELLED" else "CANCELLED by 0")
+             for b in bills if b[8] != "never ran" and (b[0], b[3]) != (17, 1000)]
     d2 = write_run(str(tmp_path / "planc-2"), jobs=jobs, bills=bills, sacct=sacct)
     with open(os.path.join(d, "slurmctld.log")) as src, \
             open(os.path.join(d2, "slurmctld.log"), "w") as dst:

@@ -1055,7 +1055,12 @@ def start_lateness(run: Run) -> Optional[Dict[str, object]]:
 
 
 # A run slurmdbd never recorded: preempted this soon after its start.
-LOST_RUN_SECONDS = 2
+# slurmctld sends a run's start to slurmdbd from a thread that wakes every
+# 5 s (accounting_storage/slurmdbd, _set_db_inx_thread); a requeue before
+# slurmdbd has answered with the run's record index starts the job's next
+# record over it (job_mgr.c, batch_requeue_fini).  Seen: runs of 1-10 s
+# under the replay's load; 15 s leaves slurmdbd's round trip some room.
+LOST_RUN_SECONDS = 15
 
 
 def slurmdbd_lost_runs(run: Run) -> set:
