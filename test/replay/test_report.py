@@ -444,14 +444,19 @@ def test_a_run_slurmdbd_lost_is_named_not_a_problem_when_slurmctlds_log_shows_it
     # Job 17 started at 1000, was preempted a second later and ran again
     # from 1005; slurmdbd kept only the second run (and says it first
     # started at 1005).  The bill of the first is PREEMPTED, zero.
-    jobs = [j if j[1] != 17 else ("w000007", 17, "P3", 1, 1000, 1000, 1005, 1360, "CANCELLED", 1)
-            for j in JOBS]
-    bills = [b for b in BILLS if b[0] != 17] + [
-        (17, 0, "P3", 1000, 1001, "PREEMPTED", 1, 0, PRE),
-        (17, 1, "P3", 1005, 1360, "CANCELLED", 1, 300, "")]
-    sacct = [(b[0], b[3], b[4], b[5] if b[5] != "CANCELLED" else "CANCELLED by 0")
-             for b in bills if b[8] != "never ran" and (b[0], b[3]) != (17, 1000)]
-    d = write_run(str(tmp_path / "planc-1"), jobs=jobs, bills=bills, sacct=sacct)
+    def runs(first_end, again):
+        # Job 17's first run 1000..first_end, its second from `again`;
+        # slurmdbd without the first.
+        jobs = [j if j[1] != 17 else ("w000007", 17, "P3", 1, 1000, 1000, again, 1360, "CANCELLED", 1)
+                for j in JOBS]
+        bills = [b for b in BILLS if b[0] != 17] + [
+            (17, 0, "P3", 1000, first_end, "PREEMPTED", 1, 0, PRE),
+            (17, 1, "P3", again, 1360, "CANCELLED", 1, 300, "")]
+        sacct = [(b[0], b[3], b[4], b[5] if b[5] != "CANCELLED" else "CANCELLED by 0")
+                 for b in bills if b[8] != "never ran" and (b[0], b[3]) != (17, 1000)]
+        return dict(jobs=jobs, bills=bills, sacct=sacct)
+
+    d = write_run(str(tmp_path / "planc-1"), **runs(1001, 1005))
     problems = R.check_consistency(d)
     assert "run of job 17 started 1000: billed, not in slurmdbd" in problems
     assert any("first start 1005 but its first bill starts at 1000" in p for p in problems)
@@ -465,13 +470,7 @@ def test_a_run_slurmdbd_lost_is_named_not_a_problem_when_slurmctlds_log_shows_it
     assert R.slurmdbd_lost_runs(R.Run(d)) == {("17", 1000)}
     # Longer than LOST_RUN_SECONDS: still a problem.
     end = 1001 + R.LOST_RUN_SECONDS
-    jobs = [j if j[1] != 17 else ("w000007", 17, "P3", 1, 1000, 1000, end + 5, 1360, "CANCELLED", 1)
-            for j in JOBS]
-    bills[-2:] = [(17, 0, "P3", 1000, end, "PREEMPTED", 1, 0, PRE),
-                  (17, 1, "P3", end + 5, 1360, "CANCELLED", 1, 300, "")]
-    sacct = [(b[0], b[3], b[4], b[5] if b[5] != "CANCELLED" else "CANCELLED by 0")
-             for b in bills if b[8] != "never ran" and (b[0], b[3]) != (17, 1000)]
-    d2 = write_run(str(tmp_path / "planc-2"), jobs=jobs, bills=bills, sacct=sacct)
+    d2 = write_run(str(tmp_path / "planc-2"), **runs(end, end + 5))
     with open(os.path.join(d, "slurmctld.log")) as src, \
             open(os.path.join(d2, "slurmctld.log"), "w") as dst:
         dst.write(src.read())
