@@ -80,10 +80,10 @@ def test_plan_c_against_stock_is_paired_by_seed():
     assert iv["values"] == [1.5, 1.0] and iv["mean"] == 1.25
 
 
-def _steady_dir(tmp_path, late=0.0):
+def _steady_dir(tmp_path, late=0.0, configs=("stock", "planc")):
     root = tmp_path / "runs"
     for seed in (1, 2):
-        for config in ("stock", "planc"):
+        for config in configs:
             meta = dict(META, config=config, run=seed, window_end=1360,
                         source={"commit": "abc", "modified": False}, warmup_hours=0.0)
             on_time(write_run(str(root / "load-1.1" / f"{config}-{seed}"), meta=meta), late)
@@ -108,6 +108,18 @@ def test_the_summary_says_configuration_kpi_interval_and_runs(tmp_path):
         text = f.read()
     assert "## Offered load 1.1" in text and "| P0 SLA, every submission >= 99.90% | planc | 2 |" \
         in text
+
+
+def test_a_load_of_stock_runs_alone_says_no_target_is_judged(tmp_path):
+    root = _steady_dir(tmp_path, configs=("stock",))
+    out = str(tmp_path / "out")
+    assert S.main([root, "--out", out, "--no-plots"]) == 0
+    with open(os.path.join(out, "summary.json")) as f:
+        assert json.load(f)["loads"]["1.1"]["targets"] == []
+    with open(os.path.join(out, "report.md")) as f:
+        text = f.read()
+    assert "None judged" in text and "runs of stock only" in text
+    assert "| target | configuration |" not in text
 
 
 def test_a_run_whose_submissions_fell_behind_is_left_out(tmp_path):

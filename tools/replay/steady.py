@@ -194,8 +194,12 @@ def markdown(summary: Dict[str, object], invalid: List[Dict]) -> str:
         md.append("")
         md.append("### The targets (Plan C against stock)")
         md.append("")
-        md.append("| target | configuration | runs | interval | verdict |")
-        md.append("|---|---|---|---|---|")
+        if s["targets"]:
+            md.append("| target | configuration | runs | interval | verdict |")
+            md.append("|---|---|---|---|---|")
+        else:
+            md.append("None judged: the targets compare a Plan C configuration with stock, "
+                      "and this load has runs of " + ", ".join(s["configs"]) + " only.")
         for t in s["targets"]:
             kind = "number" if t["how"] == "ratio" else kinds.get(t["kpi"], "number")
             md.append(f"| {t['label']} {t['op']} {R._fmt(kind, t['target'])} | {t['config']} | "
