@@ -198,8 +198,9 @@ def markdown(summary: Dict[str, object], invalid: List[Dict]) -> str:
             md.append("| target | configuration | runs | interval | verdict |")
             md.append("|---|---|---|---|---|")
         else:
+            # summarise() judges every configuration but stock.
             md.append("None judged: the targets compare a Plan C configuration with stock, "
-                      "and this load has runs of " + ", ".join(s["configs"]) + " only.")
+                      "and this load has runs of stock only.")
         for t in s["targets"]:
             kind = "number" if t["how"] == "ratio" else kinds.get(t["kpi"], "number")
             md.append(f"| {t['label']} {t['op']} {R._fmt(kind, t['target'])} | {t['config']} | "
