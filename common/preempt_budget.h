@@ -24,7 +24,8 @@
 // waited beside a node held by one P3 run.)  A guaranteed (P0/P1)
 // preemptor's start is the SLA's and is never refused: once the budget is
 // spent (or a smaller soft share of it, P3PreemptSoftPercent) it takes P2 victims (their grace fits
-// the 40 s) before P3 ones (victim_class_now()), and its P3 victims are counted all the same.  The
+// the 40 s) before P3 ones (victim_class_now(), and the fewest P3 runs first in the node key:
+// NodeCrowding::Ask::p3_first), and its P3 victims are counted all the same.  The
 // soft share would keep a reserve for guaranteed jobs with no P2 victim in reach; on the
 // steady-state replay half the budget did not lower the worst P3 hour and lost more P2 work
 // (docs/design.md), so it is off by default.

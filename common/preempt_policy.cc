@@ -167,14 +167,18 @@ void NodeCrowding::add(uint32_t node, bool p3) {
 
 uint32_t NodeCrowding::crowd(uint32_t node) const {
   const uint32_t runs = on_node(node);
-  if (!ask_.spare_p3 || !runs) return runs;
+  if (!runs) return 0;
+  // (P3 runs, each counting; runs) in one key below kNotNeeded: 6 x 10.
+  if (ask_.p3_first)
+    return std::min<uint32_t>(p3_per_node_[node], 5) * 10 + std::min<uint32_t>(runs, 9);
+  if (!ask_.spare_p3) return runs;
   // (P3 runs, one at least; runs) in one key below kNotNeeded: 6 x 10.
   const uint32_t p3 = std::clamp<uint32_t>(p3_per_node_[node], 1, 6);
   return (p3 - 1) * 10 + std::min<uint32_t>(runs, 9);
 }
 
 void NodeCrowding::add(uint32_t node, uint32_t job, uint32_t gpus,
-                       std::optional<NodeGpus> node_gpus, bool in_grace, uint32_t order) {
+                       std::optional<NodeGpus> node_gpus, bool in_grace, uint32_t order, bool p3) {
   if (!gpus_on_a_node() || !open_) return;
   auto [it, first] = held_.try_emplace(node);
   NodeHeld& n = it->second;
@@ -186,7 +190,7 @@ void NodeCrowding::add(uint32_t node, uint32_t job, uint32_t gpus,
   if (in_grace) {
     n.free_gpus += gpus;  // comes free whatever is chosen
   } else {
-    n.held.push_back({job, gpus, order});
+    n.held.push_back({job, gpus, order, p3});
     n.held_gpus += gpus;
   }
   worked_out_ = false;
@@ -197,62 +201,104 @@ void NodeCrowding::mark(uint32_t job, uint32_t count, uint32_t runs) {
   if (!first && count < v->second.rank) v->second = Mark{count, runs};
 }
 
+uint32_t NodeCrowding::p3_first_key(uint32_t p3, bool clearable, uint32_t runs) {
+  // 5 x (2 x 6): at most 60.
+  return std::min<uint32_t>(p3, 4) * 12 + (clearable ? 6 : 0) + std::clamp<uint32_t>(runs, 1, 6);
+}
+
+bool NodeCrowding::fewest_set(std::vector<Held>& held, uint64_t gap, std::vector<bool>* taken,
+                              size_t* k, size_t* p3) const {
+  // How few: the most GPUs first.
+  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) {
+    if (a.gpus != b.gpus) return a.gpus > b.gpus;
+    return a.order != b.order ? a.order < b.order : a.job < b.job;
+  });
+  taken->assign(held.size(), false);
+  *k = *p3 = 0;
+  if (ask_.p3_first) {
+    // The fewest P3 runs that, with the P2 runs (all of them at most),
+    // make up the gap; then the fewest P2 runs for the rest.  The largest
+    // runs of each, so that both counts are the fewest.
+    uint64_t p2_gpus = 0;
+    for (const Held& h : held)
+      if (!h.p3) p2_gpus += h.gpus;
+    uint64_t from_p3 = 0;
+    for (size_t i = 0; from_p3 + p2_gpus < gap; ++i) {
+      if (i == held.size()) return false;  // not enough here even with all of them
+      if (!held[i].p3) continue;
+      (*taken)[i] = true;
+      from_p3 += held[i].gpus;
+      ++*p3;
+    }
+    for (size_t i = 0; i < held.size() && from_p3 < gap; ++i)
+      if (!held[i].p3) {
+        (*taken)[i] = true;
+        from_p3 += held[i].gpus;
+      }
+    *k = static_cast<size_t>(std::count(taken->begin(), taken->end(), true));
+    return true;
+  }
+  uint64_t freed = 0;
+  while (*k < held.size() && freed < gap) freed += held[(*k)++].gpus;
+  if (freed < gap) return false;  // not enough here even with all of them
+  // Of the sets of k that free enough, the one the victim order prefers:
+  // slot by slot, the first candidate in that order after which the
+  // largest of the others still make up the rest.
+  std::vector<size_t> by_order(held.size());
+  for (size_t i = 0; i < held.size(); ++i) by_order[i] = i;
+  std::sort(by_order.begin(), by_order.end(), [&held](size_t a, size_t b) {
+    return held[a].order != held[b].order ? held[a].order < held[b].order
+                                          : held[a].job < held[b].job;
+  });
+  uint64_t rest = gap;
+  for (size_t slot = 0; slot < *k && rest > 0; ++slot) {
+    for (size_t i : by_order) {
+      if ((*taken)[i] || !held[i].gpus) continue;
+      const uint64_t after = rest > held[i].gpus ? rest - held[i].gpus : 0;
+      uint64_t largest = 0;  // `held` is sorted by GPUs, most first
+      size_t left = *k - slot - 1;
+      for (size_t j = 0; j < held.size() && left; ++j)
+        if (j != i && !(*taken)[j]) {
+          largest += held[j].gpus;
+          --left;
+        }
+      if (largest < after) continue;
+      (*taken)[i] = true;
+      rest = after;
+      break;
+    }
+  }
+  for (size_t i = 0; i < held.size(); ++i)
+    if ((*taken)[i] && held[i].p3) ++*p3;
+  return true;
+}
+
 void NodeCrowding::work_out() {
   victims_.clear();
+  std::vector<bool> taken;
   for (auto& [node, n] : held_) {
     if (!n.usable) continue;
     // Work that is no candidate's pins the node: it never comes clear.
-    const uint32_t base = uint64_t{n.free_gpus} + n.held_gpus < n.total ? 0 : kClear;
+    const bool clearable = uint64_t{n.free_gpus} + n.held_gpus >= n.total;
+    const uint32_t base = clearable ? kClear : 0;
     if (n.free_gpus >= ask_.gpus) {
       // Not the GPUs: any candidate may be what frees the node.
       // How many must go is not known: as many as there are, for the
       // P3 budget (runs_to_free).
+      const auto runs = static_cast<uint32_t>(std::min<size_t>(n.held.size(), UINT32_MAX));
       for (const Held& h : n.held)
-        mark(h.job, base + 1, static_cast<uint32_t>(std::min<size_t>(n.held.size(), UINT32_MAX)));
+        mark(h.job, ask_.p3_first ? p3_first_key(h.p3, clearable, 1) : base + 1, runs);
       continue;
     }
-    std::vector<Held>& held = n.held;
-    // How few: the most GPUs first.
-    std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) {
-      if (a.gpus != b.gpus) return a.gpus > b.gpus;
-      return a.order != b.order ? a.order < b.order : a.job < b.job;
-    });
-    const uint64_t gap = ask_.gpus - n.free_gpus;
-    uint64_t freed = 0;
-    size_t k = 0;
-    while (k < held.size() && freed < gap) freed += held[k++].gpus;
-    if (freed < gap) continue;  // not enough here even with all of them
-    // Of the sets of k that free enough, the one the victim order prefers:
-    // slot by slot, the first candidate in that order after which the
-    // largest of the others still make up the rest.
-    std::vector<size_t> by_order(held.size());
-    for (size_t i = 0; i < held.size(); ++i) by_order[i] = i;
-    std::sort(by_order.begin(), by_order.end(), [&held](size_t a, size_t b) {
-      return held[a].order != held[b].order ? held[a].order < held[b].order
-                                            : held[a].job < held[b].job;
-    });
-    std::vector<bool> taken(held.size(), false);
-    uint64_t rest = gap;
-    for (size_t slot = 0; slot < k && rest > 0; ++slot) {
-      for (size_t i : by_order) {
-        if (taken[i] || !held[i].gpus) continue;
-        const uint64_t after = rest > held[i].gpus ? rest - held[i].gpus : 0;
-        uint64_t largest = 0;  // `held` is sorted by GPUs, most first
-        size_t left = k - slot - 1;
-        for (size_t j = 0; j < held.size() && left; ++j)
-          if (j != i && !taken[j]) {
-            largest += held[j].gpus;
-            --left;
-          }
-        if (largest < after) continue;
-        taken[i] = true;
-        rest = after;
-        break;
-      }
-    }
-    const uint32_t count = static_cast<uint32_t>(std::min<size_t>(base + k, kNotNeeded - 1));
-    for (size_t i = 0; i < held.size(); ++i)
-      if (taken[i]) mark(held[i].job, count, static_cast<uint32_t>(k));
+    size_t k = 0, p3 = 0;
+    if (!fewest_set(n.held, ask_.gpus - n.free_gpus, &taken, &k, &p3)) continue;
+    const uint32_t count =
+        ask_.p3_first
+            ? p3_first_key(static_cast<uint32_t>(std::min<size_t>(p3, UINT32_MAX)), clearable,
+                           static_cast<uint32_t>(std::min<size_t>(k, UINT32_MAX)))
+            : static_cast<uint32_t>(std::min<size_t>(base + k, kNotNeeded - 1));
+    for (size_t i = 0; i < n.held.size(); ++i)
+      if (taken[i]) mark(n.held[i].job, count, static_cast<uint32_t>(k));
   }
   worked_out_ = true;
 }

@@ -178,6 +178,14 @@ class NodeCrowding {
     // Whole nodes: fewer P3 runs on a node first, then fewer runs
     // (crowd()); planc.conf WholeNodeSpareP3.
     bool spare_p3 = false;
+    // A guaranteed preemptor once the P3 budget's soft share is reached
+    // (P3PreemptSoftPercent): every P3 run it takes passes the hour's
+    // target, so the fewest P3 runs come first, before anything else the
+    // order looks at: whole nodes, the nodes of fewer P3 runs (a single
+    // one counting as one) and then of fewer runs; GPUs on a node, the
+    // set of fewest P3 runs, then a node that cannot be cleared anyway,
+    // then the fewest runs (fewest_victims()).
+    bool p3_first = false;
     bool counts() const { return whole_nodes || gpus; }
   };
   static constexpr uint32_t kNotNeeded = 62;
@@ -210,9 +218,9 @@ class NodeCrowding {
   // GPUs on a node: the candidate `job` holds `gpus` GPUs on node `node`,
   // which has `node_gpus` (nullopt: the preemptor cannot use the node);
   // `in_grace`: it is already being preempted; `order`: its victim_rank()
-  // without the node key (lower: taken first).
+  // without the node key (lower: taken first); `p3`: it counts as P3.
   void add(uint32_t node, uint32_t job, uint32_t gpus, std::optional<NodeGpus> node_gpus,
-           bool in_grace, uint32_t order);
+           bool in_grace, uint32_t order, bool p3 = false);
   // The round's candidates are being sorted.
   void close() { open_ = false; }
   // Whole nodes: candidates on node `node` (0 when not counting).  A
@@ -224,13 +232,15 @@ class NodeCrowding {
   // first; below kNotNeeded), 0 when not counting.  on_node(), or with
   // ask().spare_p3 its P3 runs first, a single one counting as none (one
   // run is one run, and the tier order decides between two nodes of one
-  // run each), then on_node().  A candidate's key is the largest of its
-  // nodes'.
+  // run each), then on_node(); with ask().p3_first its P3 runs first,
+  // each counting, then on_node().  A candidate's key is the largest of
+  // its nodes'.
   uint32_t crowd(uint32_t node) const;
   // GPUs on a node: how many runs must go for the preemptor's GPUs on
   // the best node `job` is on, when `job` is among them (plus kClear on
   // a node that holds only candidates); kNotNeeded when it is not; 0
-  // when not counting.  Worked out at the first call after
+  // when not counting.  With ask().p3_first the key of the fewest P3
+  // runs first (p3_first_key()).  Worked out at the first call after
   // the round's last add().
   uint32_t fewest_victims(uint32_t job);
   // GPUs on a node: how many runs must go for the preemptor's GPUs on the
@@ -240,12 +250,18 @@ class NodeCrowding {
   std::optional<uint32_t> runs_to_free(uint32_t job);
   // The preemptor of the latest round.
   uint32_t preemptor() const { return preemptor_; }
+  // GPUs on a node with ask().p3_first: the key of a set of `runs` runs,
+  // `p3` of them P3 ones, on a node that is `clearable` (holds candidates
+  // only): P3 runs, then a node that cannot be cleared before one that
+  // can, then runs; below kNotNeeded.
+  static uint32_t p3_first_key(uint32_t p3, bool clearable, uint32_t runs);
 
  private:
   struct Held {
     uint32_t job;
     uint32_t gpus;
     uint32_t order;
+    bool p3;
   };
   struct NodeHeld {
     uint32_t total = 0;
@@ -261,6 +277,13 @@ class NodeCrowding {
     uint32_t runs;
   };
   void work_out();
+  // work_out() for one node short of `gap` GPUs: marks in `taken` the
+  // fewest runs that free them (with ask().p3_first the fewest P3 runs,
+  // then the fewest runs), the set the victim order prefers among those;
+  // their count in `k`, their P3 runs in `p3`.  False when even every
+  // run on it would not.
+  bool fewest_set(std::vector<Held>& held, uint64_t gap, std::vector<bool>* taken, size_t* k,
+                  size_t* p3) const;
   const Mark* mark_of(uint32_t job);
   // `job` is one of `runs` runs that free a node; `count`: the rank key
   // (runs, plus kClear on a node of candidates only).  The node of the

@@ -156,10 +156,16 @@ planc::VictimFacts victim_facts(job_record_t* job, time_t now) {
 void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
   if (!IS_JOB_RUNNING(preemptee)) return;
   planc::MutexLock l(g->crowding_mu);
-  auto ask = [preemptor] {
+  const Policy& pol = policy(*g);
+  auto ask = [preemptor, &pol] {
     planc::NodeCrowding::Ask a;
     a.whole_nodes = planc::slurm::needs_whole_nodes(preemptor);
-    a.spare_p3 = a.whole_nodes && policy(*g).config->whole_node_spare_p3;
+    a.spare_p3 = a.whole_nodes && pol.config->whole_node_spare_p3;
+    // Past the budget's soft share a guaranteed preemptor's P3 victims
+    // pass the hour's target: the fewest of them first, on every node.
+    a.p3_first = pol.config->p3_preempt_max_percent &&
+                 !pol.config->tiers.tier(g->last_preemptor_tier).preemptible &&
+                 g->p3_soft_reached.load(std::memory_order_relaxed);
     if (!a.whole_nodes)
       a.gpus = static_cast<uint32_t>(
           std::min<uint64_t>(planc::slurm::gpus_per_node_asked(preemptor), UINT32_MAX));
@@ -168,10 +174,9 @@ void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
   };
   if (!g->crowding.offer(preemptor->job_id, preemptee->job_id, ask, planc::slurm::node_count()))
     return;
+  const Tier* t = planc::slurm::job_tier(pol.tiers, preemptee);
+  const bool p3 = t && planc::slurm::counted_tier_of(preemptee, t->id) == TierId::kP3;
   if (g->crowding.whole_nodes()) {
-    const Policy& pol = policy(*g);
-    const Tier* t = planc::slurm::job_tier(pol.tiers, preemptee);
-    const bool p3 = t && planc::slurm::counted_tier_of(preemptee, t->id) == TierId::kP3;
     planc::slurm::for_each_node(
         preemptee, [p3](uint32_t n) NO_THREAD_SAFETY_ANALYSIS { g->crowding.add(n, p3); });
     return;
@@ -189,7 +194,7 @@ void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
                                    {static_cast<uint32_t>(std::min<uint64_t>(free->total, 0xffff)),
                                     static_cast<uint32_t>(std::min<uint64_t>(free->free, 0xffff))})
                              : std::nullopt,
-                        in_grace, order);
+                        in_grace, order, p3);
       });
 }
 

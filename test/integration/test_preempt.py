@@ -562,6 +562,40 @@ def test_whole_node_spare_p3_clears_the_node_of_one_p3_run(c):
         c.reload_planc_conf([])
 
 
+def test_past_the_spent_p3_budget_a_part_node_p1_takes_p2_runs_not_a_p3_run(c):
+    """P3PreemptMaxPercent=10 with two P3 runs running allows no P3
+    preemption: the budget and its soft share are spent, and any P3 run a
+    guaranteed job takes passes the hour's target.  gpu1 holds two 4-GPU
+    P3 runs, gpu2 four 2-GPU P2 runs, gpu3 and gpu4 P1 jobs.  A 4-GPU P1
+    job takes two P2 runs of gpu2 (their grace, its 40 s), not one P3 run
+    of gpu1, which it takes by the fewest runs below the soft share
+    (test_a_part_node_p1_takes_the_fewest_runs_of_one_node)."""
+    c.reload_planc_conf(["P3PreemptMaxPercent=10"])
+    try:
+        guaranteed = [submit(c, "pccarol", "acct-api", "p1", 8, "-w", n)
+                      for n in ("gpu3", "gpu4")]
+        gpu1 = [submit(c, "pcbob", "acct-spot", "p3", 4, "-w", "gpu1") for _ in range(2)]
+        gpu2 = [submit(c, "pcbob", "acct-spot", "p2", 2, "-w", "gpu2") for _ in range(4)]
+        everyone = guaranteed + gpu1 + gpu2
+        c.wait_for("the jobs to run", lambda: all(running(c, j) for j in everyone), timeout=60)
+        c.wait_for("slurmctld/planc to count the two P3 runs",
+                   lambda: p3_running_sampled(c) == 2, timeout=30)
+        log = c.log_offset()
+        p1 = submit(c, "pccarol", "acct-api", "p1", 4)
+        c.wait_for("the P1 job to run", lambda: running(c, p1), timeout=90)
+        victims = victims_of(c, log, p1)
+        print(f"\npart-node P1 past the spent P3 budget: running {submit_to_start(c, p1):.0f} s "
+              f"after submission on {c.show_job(p1)['NodeList']}; victims {victims}")
+        assert c.show_job(p1)["NodeList"] == "gpu2"
+        assert len(victims) == 2 and all(tier == "P2" for _, tier in victims), victims
+        assert {j for j, _ in victims} <= {str(j) for j in gpu2}, victims
+        assert all(running(c, j) for j in gpu1)
+        assert all(first(c, j, "SIGTERM") is None for j in gpu1)
+        assert submit_to_start(c, p1) <= 40, c.show_job(p1)
+    finally:
+        c.reload_planc_conf([])
+
+
 def test_a_preemptor_keeps_the_node_its_no_grace_victim_freed(c):
     """A 16-GPU P0 job needs two whole nodes: it takes gpu4's P3 run (no
     grace) and gpu3's P2 run (30 s of grace); gpu1 and gpu2 hold P2 runs

@@ -658,6 +658,92 @@ TEST(VictimOrderTest, PartNodePreemptorsTakeTheFewestRunsOfOneNode) {
   EXPECT_EQ(c.preemptor(), 45u);
 }
 
+// Past the P3 budget's soft share (Ask::p3_first) a guaranteed preemptor
+// takes the fewest P3 runs first, on whole nodes and on a node, before a
+// node's pinning work and before the count of runs.
+TEST(VictimOrderTest, PastTheSoftShareGuaranteedPreemptorsTakeTheFewestP3Runs) {
+  const TierTable t = TierTable::defaults();
+  const uint8_t p3 = t.tier(TierId::kP3).victim_class, p2 = t.tier(TierId::kP2).victim_class;
+  auto G = [](uint32_t total, uint32_t free) { return NodeCrowding::NodeGpus{total, free}; };
+  // Node 0: two 4-GPU P3 runs (10, 11).  Node 1: four 2-GPU P2 runs
+  // (20-23).  Node 2: a 2-GPU P3 run (30), a 2-GPU P2 run (31) and 4 GPUs
+  // of guaranteed work.  Node 3: a 4-GPU P2 run (40) and a 4-GPU P3 run
+  // (41).  Every node has 8 GPUs, none free.
+  auto fill = [&](NodeCrowding& c) {
+    c.add(0, 10, 4, G(8, 0), false, victim_rank({p3, 0, 0}), true);
+    c.add(0, 11, 4, G(8, 0), false, victim_rank({p3, 0, 0}), true);
+    for (uint32_t j : {20u, 21u, 22u, 23u}) c.add(1, j, 2, G(8, 0), false, victim_rank({p2, 0, 0}));
+    c.add(2, 30, 2, G(8, 0), false, victim_rank({p3, 0, 0}), true);
+    c.add(2, 31, 2, G(8, 0), false, victim_rank({p2, 0, 0}));
+    c.add(3, 40, 4, G(8, 0), false, victim_rank({p2, 0, 0}));
+    c.add(3, 41, 4, G(8, 0), false, victim_rank({p3, 0, 0}), true);
+    c.close();
+  };
+  NodeCrowding c;
+  NodeCrowding::Ask four;
+  four.gpus = 4;
+  // Below the soft share: the fewest runs, the pinned node first (node 2,
+  // two runs), then one run of nodes 0 and 3, the P3 one on node 3.
+  c.begin(42, four, 4);
+  fill(c);
+  EXPECT_EQ(c.fewest_victims(30), 2u);
+  EXPECT_EQ(c.fewest_victims(10), NodeCrowding::kClear + 1);
+  EXPECT_EQ(c.fewest_victims(41), NodeCrowding::kClear + 1);
+  EXPECT_EQ(c.fewest_victims(40), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(20), NodeCrowding::kClear + 2);
+  // Past it: node 3's P2 run (no P3 run, one run), then node 1's two P2
+  // runs, then node 2 (one P3 run, pinned), then node 0 (one P3 run).
+  four.p3_first = true;
+  c.begin(43, four, 4);
+  fill(c);
+  EXPECT_EQ(c.fewest_victims(40), NodeCrowding::p3_first_key(0, true, 1));
+  EXPECT_EQ(c.fewest_victims(41), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(20), NodeCrowding::p3_first_key(0, true, 2));
+  EXPECT_EQ(c.fewest_victims(21), NodeCrowding::p3_first_key(0, true, 2));
+  EXPECT_EQ(c.fewest_victims(22), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(30), NodeCrowding::p3_first_key(1, false, 2));
+  EXPECT_EQ(c.fewest_victims(31), NodeCrowding::p3_first_key(1, false, 2));
+  EXPECT_EQ(c.fewest_victims(10), NodeCrowding::p3_first_key(1, true, 1));
+  EXPECT_EQ(c.runs_to_free(20), 2u);  // the P3 budget's count is unchanged
+  EXPECT_LT(c.fewest_victims(40), c.fewest_victims(20));
+  EXPECT_LT(c.fewest_victims(20), c.fewest_victims(30));
+  EXPECT_LT(c.fewest_victims(30), c.fewest_victims(10));
+  // The key: P3 runs, then pinned before clearable, then runs; below
+  // kNotNeeded however many.
+  EXPECT_LT(NodeCrowding::p3_first_key(0, true, 6), NodeCrowding::p3_first_key(1, false, 1));
+  EXPECT_LT(NodeCrowding::p3_first_key(1, false, 6), NodeCrowding::p3_first_key(1, true, 1));
+  EXPECT_LT(NodeCrowding::p3_first_key(100, true, 100), NodeCrowding::kNotNeeded);
+  // A node short even with every run on it is still no candidate's.
+  c.begin(44, four, 4);
+  c.add(0, 50, 2, G(8, 0), false, victim_rank({p3, 0, 0}), true);
+  c.add(0, 51, 1, G(8, 0), false, victim_rank({p2, 0, 0}));
+  c.close();
+  EXPECT_EQ(c.fewest_victims(50), NodeCrowding::kNotNeeded);
+  EXPECT_EQ(c.fewest_victims(51), NodeCrowding::kNotNeeded);
+  // Whole nodes: node 0 holds one P3 run, node 1 three P2 runs, node 2
+  // five P3 runs.  Below the share (even with WholeNodeSpareP3, where a
+  // single P3 run counts as none) node 0 first; past it node 1 first.
+  NodeCrowding::Ask whole;
+  whole.whole_nodes = true;
+  whole.spare_p3 = true;
+  auto fill_whole = [](NodeCrowding& c) {
+    c.add(0, true);
+    for (int i = 0; i < 3; ++i) c.add(1, false);
+    for (int i = 0; i < 5; ++i) c.add(2, true);
+  };
+  c.begin(45, whole, 3);
+  fill_whole(c);
+  EXPECT_LT(c.crowd(0), c.crowd(1));
+  whole.p3_first = true;
+  c.begin(46, whole, 3);
+  fill_whole(c);
+  EXPECT_LT(c.crowd(1), c.crowd(0));
+  EXPECT_LT(c.crowd(0), c.crowd(2));
+  EXPECT_EQ(c.on_node(2), 5u);
+  for (int i = 0; i < 200; ++i) c.add(2, true);
+  EXPECT_LT(c.crowd(2), NodeCrowding::kNotNeeded);
+}
+
 // Rounds as Slurm makes them: one preemptor's candidates in a row, then
 // sorted or asked their mode (close); a round of one candidate is never
 // sorted, so that candidate offered again starts the next round.
