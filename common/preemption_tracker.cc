@@ -303,7 +303,9 @@ void PreemptionTracker::done(const TrackerAction& a, bool happened) {
   using K = TrackerAction::Kind;
   switch (a.kind) {
     case K::kEndGrace:
-      if (happened) drop_victim(a.job_id);
+      // Its preemptor still waits for it: requeued or killed now, it
+      // holds its nodes while it completes (plan(): not gone yet).
+      if (happened) drop_victim(a.job_id, /*keep_for_preemptor=*/true);
       break;
     case K::kCallOff:
       if (!happened) break;
@@ -311,7 +313,7 @@ void PreemptionTracker::done(const TrackerAction& a, bool happened) {
       drop_victim(a.job_id);
       break;
     case K::kRequeue:
-      drop_victim(a.job_id);
+      drop_victim(a.job_id, /*keep_for_preemptor=*/true);
       break;
     case K::kKill:
     case K::kReleasePreemptor:
@@ -335,10 +337,10 @@ std::optional<bool> PreemptionTracker::own_victim_in_grace(uint32_t preemptor,
   return any ? std::optional<bool>(found) : std::nullopt;
 }
 
-void PreemptionTracker::drop_victim(uint32_t job_id) {
+void PreemptionTracker::drop_victim(uint32_t job_id, bool keep_for_preemptor) {
   auto it = victims_.find(job_id);
   if (it == victims_.end()) return;
-  if (uint32_t p = it->second.event.preemptor_job) {
+  if (uint32_t p = it->second.event.preemptor_job; p && !keep_for_preemptor) {
     auto pit = preemptors_.find(p);
     if (pit != preemptors_.end()) {
       auto& vs = pit->second.victims;

@@ -253,7 +253,12 @@ class PreemptionTracker {
                                : (static_cast<TimeMs>(e.when) + 1) * 1000;
     return started + static_cast<TimeMs>(e.grace_seconds) * 1000 + kGraceSlackMs;
   }
-  void drop_victim(uint32_t job_id);
+  // Forgets victim `job_id`; and, unless `keep_for_preemptor`, takes it
+  // off its preemptor's list.  Kept there, a victim whose grace ended
+  // holds its preemptor back until it is seen gone (plan()): while it
+  // completes its nodes are not free, and a preemptor released then
+  // preempts a second set of runs elsewhere.
+  void drop_victim(uint32_t job_id, bool keep_for_preemptor = false);
 
   PreemptLedger ledger_;
   std::map<uint32_t, Victim> victims_;

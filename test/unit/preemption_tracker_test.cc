@@ -377,6 +377,44 @@ TEST(PreemptionTrackerTest, RobbedPreemptorIsReleasedOnceItsVictimsAreGone) {
   EXPECT_TRUE(t.plan(kT0ms + 300, seen).empty()) << "released once";
 }
 
+// A victim whose grace has ended still holds its nodes while it
+// completes: its preemptor is not released until it is gone, even when
+// its other victims (no grace) are gone already.  (Released then, it
+// preempted a second set of runs on other nodes a fraction of a second
+// before the first set's nodes came free: seen on the steady-state
+// replay, three more P3 runs for one 16-GPU P1 job.)
+TEST(PreemptionTrackerTest, PreemptorWaitsForVictimsCompletingAfterTheirGrace) {
+  constexpr uint32_t kNoGrace = 11;
+  PreemptionTracker t(3, 86400);
+  t.start(event(kNoGrace, 0), kT0ms);
+  t.start(event(), kT0ms);  // 30 s of grace
+  std::map<uint32_t, JobView> seen = {{kNoGrace, view(S::kPending)},
+                                      {kVictim, view(S::kRunning, true)},
+                                      {kPreemptor, view(S::kPending, false, true)}};
+  auto a = t.plan(kT0ms + 30'000 + kGraceSlackMs, seen);
+  ASSERT_EQ(kinds(a), std::vector<K>{K::kEndGrace});
+  t.done(a[0], true);
+  seen[kVictim] = view(S::kCompleting);
+  EXPECT_TRUE(t.plan(kT0ms + 30'100 + kGraceSlackMs, seen).empty())
+      << "the graced victim is still completing";
+  EXPECT_FALSE(t.own_victim_in_grace(kPreemptor, kVictim)) << "no grace of its own runs";
+  seen[kVictim] = view(S::kPending);
+  a = t.plan(kT0ms + 30'200 + kGraceSlackMs, seen);
+  ASSERT_EQ(kinds(a), std::vector<K>{K::kReleasePreemptor});
+  EXPECT_EQ(a[0].job_id, kPreemptor);
+  // A called-off victim runs on: its preemptor does not wait for it.
+  PreemptionTracker c(3, 86400);
+  c.start(event(kNoGrace, 0), kT0ms);
+  c.start(event(), kT0ms);
+  seen = {{kNoGrace, view(S::kPending)},
+          {kVictim, view(S::kRunning, true)},
+          {kPreemptor, view(S::kPending, false, true)}};
+  PreemptionEvent e = event();
+  c.done({K::kCallOff, kVictim, kPreemptor, "", e}, true);
+  seen[kVictim] = view(S::kRunning);
+  EXPECT_EQ(kinds(c.plan(kT0ms + 1'000, seen)), std::vector<K>{K::kReleasePreemptor});
+}
+
 // A victim requeued and started again before the worker looked holds
 // resources again, but not the ones its preemptor waits for: a new run.
 TEST(PreemptionTrackerTest, RobbedPreemptorIsReleasedWhenItsVictimRunsAgain) {
