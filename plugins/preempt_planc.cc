@@ -52,9 +52,11 @@ Plugin* g = nullptr;
 // A P2 preemptor is offered none once it is spent; otherwise, when it
 // needs whole nodes or GPUs on a node, every one (which of them may go is
 // answered at PREEMPT_DATA_MODE, p3_budget_refuses()), else the first that
-// many.  A guaranteed preemptor is never refused (the SLA's start); the
-// rank puts its P3 candidates after P2 ones once the budget's soft share
-// is spent.  Under slurmctld's job lock.
+// many.  A guaranteed preemptor is never refused (the SLA's start),
+// whatever its candidate's tier, but the budget is worked out for it all
+// the same: once the soft share is spent its victim order takes P3
+// candidates after P2 ones and the fewest P3 runs first (p3_first).
+// Under slurmctld's job lock.
 bool within_p3_budget(job_record_t* preemptor, bool preemptor_spot, uint32_t candidate,
                       time_t now) {
   if (preemptor->job_id != g->budget_preemptor || now != g->budget_at) {
@@ -315,8 +317,11 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
     // overlap after asking): only a running one may spend the budget, or
     // each finished P3 job still in the list (MinJobAge) would take a
     // share of it and P2 jobs would hardly ever get one.
+    // A guaranteed preemptor is never refused, but its round's victim
+    // order reads the budget (p3_first): worked out at its first
+    // candidate, whatever that one's tier.
     if (pol.config->p3_preempt_max_percent && IS_JOB_RUNNING(preemptee) &&
-        planc::slurm::counted_tier_of(preemptee, ee->id) == TierId::kP3 &&
+        (!er->preemptible || planc::slurm::counted_tier_of(preemptee, ee->id) == TierId::kP3) &&
         !within_p3_budget(preemptor, er->preemptible, preemptee->job_id, now))
       return false;
     note_candidate(preemptor, preemptee);
