@@ -167,14 +167,12 @@ void NodeCrowding::add(uint32_t node, bool p3) {
 
 uint32_t NodeCrowding::crowd(uint32_t node) const {
   const uint32_t runs = on_node(node);
-  if (!runs) return 0;
-  // (P3 runs, each counting; runs) in one key below kNotNeeded: 6 x 10.
-  if (ask_.p3_first)
-    return std::min<uint32_t>(p3_per_node_[node], 5) * 10 + std::min<uint32_t>(runs, 9);
-  if (!ask_.spare_p3) return runs;
-  // (P3 runs, one at least; runs) in one key below kNotNeeded: 6 x 10.
-  const uint32_t p3 = std::clamp<uint32_t>(p3_per_node_[node], 1, 6);
-  return (p3 - 1) * 10 + std::min<uint32_t>(runs, 9);
+  if (!runs || (!ask_.p3_first && !ask_.spare_p3)) return runs;
+  // (P3 runs; runs) in one key below kNotNeeded: 6 x 10.  Past the budget
+  // each P3 run counts; WholeNodeSpareP3 counts a single one as none.
+  const uint32_t p3 = ask_.p3_first ? std::min<uint32_t>(p3_per_node_[node], 5)
+                                    : std::clamp<uint32_t>(p3_per_node_[node], 1, 6) - 1;
+  return p3 * 10 + std::min<uint32_t>(runs, 9);
 }
 
 void NodeCrowding::add(uint32_t node, uint32_t job, uint32_t gpus,

@@ -143,9 +143,9 @@ planc::VictimFacts victim_facts(job_record_t* job, time_t now) {
   return v;
 }
 
-// A running candidate Slurm is offered for `preemptor`: counted on its
-// nodes when the preemptor needs whole nodes or GPUs on a node
-// (common/preempt_policy.h NodeCrowding).  Slurm offers one preemptor's
+// A running candidate Slurm is offered for `preemptor` (`p3`: it counts
+// as P3): counted on its nodes when the preemptor needs whole nodes or
+// GPUs on a node (common/preempt_policy.h NodeCrowding).  Slurm offers one preemptor's
 // candidates in one pass over its job list, then sorts them (get_data
 // PREEMPT_DATA_PRIO) and its select plugin asks each one's mode
 // (PREEMPT_DATA_MODE): either closes the round.  The round's first
@@ -155,7 +155,7 @@ planc::VictimFacts victim_facts(job_record_t* job, time_t now) {
 // without asking preemptable(), one on time borrowed from a reservation,
 // is ranked with the counts of the last preemptor that was asked.)
 // Under slurmctld's job write lock.
-void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
+void note_candidate(job_record_t* preemptor, job_record_t* preemptee, bool p3) {
   if (!IS_JOB_RUNNING(preemptee)) return;
   planc::MutexLock l(g->crowding_mu);
   const Policy& pol = policy(*g);
@@ -176,8 +176,6 @@ void note_candidate(job_record_t* preemptor, job_record_t* preemptee) {
   };
   if (!g->crowding.offer(preemptor->job_id, preemptee->job_id, ask, planc::slurm::node_count()))
     return;
-  const Tier* t = planc::slurm::job_tier(pol.tiers, preemptee);
-  const bool p3 = t && planc::slurm::counted_tier_of(preemptee, t->id) == TierId::kP3;
   if (g->crowding.whole_nodes()) {
     planc::slurm::for_each_node(
         preemptee, [p3](uint32_t n) NO_THREAD_SAFETY_ANALYSIS { g->crowding.add(n, p3); });
@@ -296,6 +294,10 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
     // jobs while its graced victims checkpointed, and it preempted again
     // elsewhere.  With its own victims only, the nodes it is placed on are
     // the ones being cleared, and backfill holds them for it.
+    // Whether it counts as P3 (free attempts do): for the budget and the
+    // victim order.  Only a running candidate is counted at all.
+    const bool p3 = IS_JOB_RUNNING(preemptee) &&
+                    planc::slurm::counted_tier_of(preemptee, ee->id) == TierId::kP3;
     if (planc::slurm::preemption_started_for(preemptor)) {
       std::optional<bool> own;
       {
@@ -304,7 +306,7 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
       }
       if (own) {
         if (!*own) return false;
-        note_candidate(preemptor, preemptee);
+        note_candidate(preemptor, preemptee, p3);
         return true;
       }
     }
@@ -321,10 +323,10 @@ PLANC_EXPORT bool preempt_p_preemptable(job_record_t* preemptee, job_record_t* p
     // order reads the budget (p3_first): worked out at its first
     // candidate, whatever that one's tier.
     if (pol.config->p3_preempt_max_percent && IS_JOB_RUNNING(preemptee) &&
-        (!er->preemptible || planc::slurm::counted_tier_of(preemptee, ee->id) == TierId::kP3) &&
+        (!er->preemptible || p3) &&
         !within_p3_budget(preemptor, er->preemptible, preemptee->job_id, now))
       return false;
-    note_candidate(preemptor, preemptee);
+    note_candidate(preemptor, preemptee, p3);
     return true;
   } catch (...) {
     return false;  // when in doubt, preempt nothing
